@@ -1,0 +1,281 @@
+package ratelimit
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// HeaderStyle selects which rate-limit headers SetHeaders writes. Styles
+// combine with |, e.g. HeadersIETF|HeadersXRateLimit for clients that know
+// only the legacy names. HeadersIETF is the Limiter's default; HeadersNone
+// writes nothing. Bits other than the styles below are ignored.
+//
+// Every style describes the most restrictive limit of the Decision
+// (Decision.Limit), and every number is a non-negative integer: rates in
+// units of cost, durations in whole seconds rounded up.
+type HeaderStyle uint8
+
+const (
+	// HeadersIETF writes the two fields of
+	// draft-ietf-httpapi-ratelimit-headers-10, both Structured Field Lists
+	// (RFC 9651):
+	//
+	//	RateLimit-Policy: "api-1s";q=10;w=1, "api-1m";q=120;w=60
+	//	RateLimit: "api-1s";r=9;t=1
+	//
+	// RateLimit-Policy lists every limit of the policy, in order: its name
+	// (Limit.Name), its quota q (Limit.Rate; Limit.Burst for TokenBucket)
+	// and its window w (Limit.Period in seconds, rounded up, at least 1, so
+	// a 500ms limit says w=1 and a 1500ms limit w=2). RateLimit names the
+	// most restrictive limit, with the cost it can still admit r
+	// (Decision.Remaining, at least 0) and t, the seconds until its whole
+	// quota is back (Decision.ResetAfter rounded up; 0 when not positive).
+	HeadersIETF HeaderStyle = 1 << iota
+
+	// HeadersDraft06 writes the separate integer fields of
+	// draft-ietf-httpapi-ratelimit-headers-06 and earlier:
+	// RateLimit-Limit (q of the most restrictive limit), RateLimit-Remaining
+	// (r) and RateLimit-Reset (t, delta seconds). Each is a plain integer;
+	// the quota-policy suffix that draft allowed on RateLimit-Limit is not
+	// written.
+	HeadersDraft06
+
+	// HeadersXRateLimit writes the legacy, unstandardised X-RateLimit-Limit,
+	// X-RateLimit-Remaining and X-RateLimit-Reset with the same values as
+	// HeadersDraft06. X-RateLimit-Reset is in delta seconds (seconds from
+	// now), not a Unix timestamp as some APIs use.
+	HeadersXRateLimit
+)
+
+// HeadersNone writes no rate-limit headers.
+const HeadersNone HeaderStyle = 0
+
+// Canonical header keys (as http.CanonicalHeaderKey spells them), so that
+// the map can be written directly and still be read with Header.Get.
+const (
+	hdrPolicy           = "Ratelimit-Policy"
+	hdrRateLimit        = "Ratelimit"
+	hdrLimit            = "Ratelimit-Limit"
+	hdrRemaining        = "Ratelimit-Remaining"
+	hdrReset            = "Ratelimit-Reset"
+	hdrXLimit           = "X-Ratelimit-Limit"
+	hdrXRemaining       = "X-Ratelimit-Remaining"
+	hdrXReset           = "X-Ratelimit-Reset"
+	hdrRetryAfter       = "Retry-After"
+	allStyles           = HeadersIETF | HeadersDraft06 | HeadersXRateLimit
+	maxSFInteger  int64 = 999_999_999_999_999 // RFC 9651 sf-integer: at most 15 digits
+)
+
+// SetHeaders writes the rate-limit headers of style for decision d of
+// policy p into h, replacing any values those headers had. The headers of
+// styles not selected are left alone.
+//
+// It is safe with any input and never panics: with a nil h or HeadersNone
+// it does nothing; with a nil or empty p, or a d.Limit that is not an index
+// of p's limits, it removes the selected styles' headers it cannot fill
+// (RateLimit-Policy is still written when p has limits). The zero Decision
+// describes limit 0 with nothing remaining and t=0. Decision.Limits is not
+// read, so it may be shorter than the policy.
+//
+// SetHeaders does not write Retry-After; see SetRetryAfter.
+func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
+	style &= allStyles
+	if h == nil || style == HeadersNone {
+		return
+	}
+	var limits []Limit
+	var tokenBucket bool
+	if p != nil {
+		limits, tokenBucket = p.limits, p.algorithm == TokenBucket
+	}
+	var cur *Limit
+	if d.Limit >= 0 && d.Limit < len(limits) {
+		cur = &limits[d.Limit]
+	}
+
+	// Every value is appended to one buffer, then converted to one string
+	// and sliced, so a call costs two allocations whatever the style.
+	type field struct {
+		key        string
+		start, end int
+	}
+	var (
+		stack  [1024]byte
+		b      = stack[:0]
+		fields [8]field
+		nf     int
+		drop   [8]string
+		nd     int
+	)
+	var policyHeader string // RateLimit-Policy, when the policy has it ready
+	if style&HeadersIETF != 0 {
+		if p != nil && p.header != "" {
+			policyHeader = p.header
+		} else if len(limits) > 0 {
+			start := len(b)
+			b = appendPolicyHeader(b, limits, tokenBucket)
+			fields[nf] = field{hdrPolicy, start, len(b)}
+			nf++
+		} else {
+			drop[nd] = hdrPolicy
+			nd++
+		}
+		if cur != nil {
+			start := len(b)
+			b = appendSFString(b, cur.Name)
+			b = append(b, ";r="...)
+			b = appendSFInt(b, d.Remaining)
+			b = append(b, ";t="...)
+			b = appendSFInt(b, ceilSeconds(d.ResetAfter))
+			fields[nf] = field{hdrRateLimit, start, len(b)}
+			nf++
+		} else {
+			drop[nd] = hdrRateLimit
+			nd++
+		}
+	}
+
+	if style&(HeadersDraft06|HeadersXRateLimit) != 0 {
+		// Both legacy styles carry the same three integers: write them
+		// once and share the substrings.
+		var lim, rem, reset [2]int
+		if cur != nil {
+			lim[0] = len(b)
+			b = appendSFInt(b, limitQuota(cur, tokenBucket))
+			lim[1], rem[0] = len(b), len(b)
+			b = appendSFInt(b, d.Remaining)
+			rem[1], reset[0] = len(b), len(b)
+			b = appendSFInt(b, ceilSeconds(d.ResetAfter))
+			reset[1] = len(b)
+		}
+		for _, s := range [...]struct {
+			style                  HeaderStyle
+			limit, remaining, rset string
+		}{
+			{HeadersDraft06, hdrLimit, hdrRemaining, hdrReset},
+			{HeadersXRateLimit, hdrXLimit, hdrXRemaining, hdrXReset},
+		} {
+			if style&s.style == 0 {
+				continue
+			}
+			if cur == nil {
+				drop[nd], drop[nd+1], drop[nd+2] = s.limit, s.remaining, s.rset
+				nd += 3
+				continue
+			}
+			fields[nf] = field{s.limit, lim[0], lim[1]}
+			fields[nf+1] = field{s.remaining, rem[0], rem[1]}
+			fields[nf+2] = field{s.rset, reset[0], reset[1]}
+			nf += 3
+		}
+	}
+
+	for _, k := range drop[:nd] {
+		delete(h, k)
+	}
+	if nf == 0 && policyHeader == "" {
+		return
+	}
+	all := string(b)
+	vals := make([]string, nf+1)
+	for i, f := range fields[:nf] {
+		vals[i] = all[f.start:f.end]
+		h[f.key] = vals[i : i+1 : i+1]
+	}
+	if policyHeader != "" {
+		vals[nf] = policyHeader
+		h[hdrPolicy] = vals[nf : nf+1 : nf+1]
+	}
+}
+
+// appendPolicyHeader appends the RateLimit-Policy value of limits.
+func appendPolicyHeader(b []byte, limits []Limit, tokenBucket bool) []byte {
+	for i := range limits {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendSFString(b, limits[i].Name)
+		b = append(b, ";q="...)
+		b = appendSFInt(b, limitQuota(&limits[i], tokenBucket))
+		b = append(b, ";w="...)
+		b = appendSFInt(b, windowSeconds(limits[i].Period))
+	}
+	return b
+}
+
+// SetRetryAfter writes Retry-After into h for a denied decision, as RFC 9110
+// delay-seconds: d.RetryAfter rounded up to whole seconds, at least 1 (a
+// client told 0 would retry at once). It replaces any previous value.
+//
+// When d.Allowed is true, or d.RetryAfter is Never (the request's cost can
+// never be admitted, so no wait helps), it writes nothing and leaves h
+// unchanged. A nil h is a no-op.
+func SetRetryAfter(h http.Header, d Decision) {
+	secs, ok := retryAfterSeconds(d)
+	if h == nil || !ok {
+		return
+	}
+	var stack [20]byte
+	h[hdrRetryAfter] = []string{string(strconv.AppendInt(stack[:0], secs, 10))}
+}
+
+// retryAfterSeconds is the delay SetRetryAfter writes for d, and false when
+// it writes none.
+func retryAfterSeconds(d Decision) (int64, bool) {
+	if d.Allowed || d.RetryAfter == Never {
+		return 0, false
+	}
+	return max(1, ceilSeconds(d.RetryAfter)), true
+}
+
+// quota is the capacity a header advertises for l: the burst of a token
+// bucket, the rate otherwise.
+func limitQuota(l *Limit, tokenBucket bool) int64 {
+	if tokenBucket && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Rate
+}
+
+// windowSeconds is a limit's period in whole seconds, rounded up, at least 1.
+func windowSeconds(period time.Duration) int64 {
+	return max(1, ceilSeconds(period))
+}
+
+// ceilSeconds is d in whole seconds rounded up; 0 when d ≤ 0. It does not
+// overflow for any Duration.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// appendSFInt appends v as an RFC 9651 sf-integer, clamped to
+// [0, 999999999999999] so the field stays valid whatever the input.
+func appendSFInt(b []byte, v int64) []byte {
+	return strconv.AppendInt(b, min(max(v, 0), maxSFInteger), 10)
+}
+
+// appendSFString appends s as an RFC 9651 sf-string: quoted, with `"` and
+// `\` escaped. Bytes an sf-string cannot hold (controls, non-ASCII) are
+// written as '?'; limit names never contain them.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
