@@ -1,0 +1,178 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/redistest"
+)
+
+var algorithms = []ratelimit.Algorithm{ratelimit.SlidingWindow, ratelimit.FixedWindow, ratelimit.TokenBucket}
+
+// t0 is the first instant of every trace: a realistic epoch time, not
+// aligned to any window, so traces cross window edges.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+
+// clock is a controlled clock shared by a trace's stores.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// step is one request of a trace.
+type step struct {
+	at   time.Duration // since t0
+	keys []string
+	cost int64
+}
+
+// randomPolicy draws a small policy: rates low enough that traces hit the
+// limits often, periods from sub-second to an hour, random precision.
+func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
+	periods := []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second, 10 * time.Second, time.Minute, time.Hour}
+	rng.Shuffle(len(periods), func(i, j int) { periods[i], periods[j] = periods[j], periods[i] })
+	n := 1 + rng.IntN(3)
+	limits := make([]ratelimit.Limit, n)
+	for i := range limits {
+		l := ratelimit.Limit{Rate: int64(1 + rng.IntN(8)), Period: periods[i]}
+		switch alg {
+		case ratelimit.SlidingWindow:
+			l.Precision = []int{0, 1, 2, 5, 10}[rng.IntN(5)]
+		case ratelimit.TokenBucket:
+			l.Burst = int64(rng.IntN(6)) // 0 = Rate
+		}
+		limits[i] = l
+	}
+	p, err := ratelimit.NewPolicy("p"+strconv.Itoa(rng.IntN(3)), alg, limits...)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// randomTrace draws steps whose clock advances by amounts around the
+// policy's periods and sub-buckets: zero, a microsecond, a bucket edge, a
+// whole period, or random.
+func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
+	periodUS, widthUS, _, _ := p.Compiled()
+	keys := []string{"ip:192.0.2.1", "user:{42}", "key:a\nb"}
+	var at time.Duration
+	out := make([]step, steps)
+	for i := range out {
+		i2 := rng.IntN(len(periodUS))
+		switch rng.IntN(6) {
+		case 0: // same instant
+		case 1:
+			at += time.Microsecond
+		case 2:
+			at += time.Duration(widthUS[i2]) * time.Microsecond
+		case 3:
+			at += time.Duration(periodUS[i2]) * time.Microsecond
+		default:
+			at += time.Duration(rng.Int64N(periodUS[i2]/2+1)) * time.Microsecond
+		}
+		perm := rng.Perm(len(keys))[:1+rng.IntN(len(keys))]
+		ks := make([]string, len(perm))
+		for j, k := range perm {
+			ks[j] = keys[k]
+		}
+		out[i] = step{at: at, keys: ks, cost: int64(rng.IntN(5))} // 0 peeks
+	}
+	return out
+}
+
+// traceCount is how many random traces each equivalence test replays per
+// algorithm: 1,000 by default, RATELIMIT_TRACES to change it.
+func traceCount(t *testing.T) int {
+	if s := os.Getenv("RATELIMIT_TRACES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("RATELIMIT_TRACES=%q: %v", s, err)
+		}
+		return n
+	}
+	return 1000
+}
+
+// TestEquivalenceMiniredis replays random traces against the memory store
+// and the Redis store on miniredis, whose TIME follows SetTime, so the
+// script reads the same clock as the memory store. Every decision must be
+// identical, field by field.
+func TestEquivalenceMiniredis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	equivalence(t, 7, client, false, func(at time.Time) { mr.SetTime(at) })
+}
+
+// TestEquivalenceReal replays the same kind of traces against a real
+// redis-server. Its TIME cannot be set, so the store passes the trace's
+// clock to the script (the test-only override of TIME).
+func TestEquivalenceReal(t *testing.T) {
+	equivalence(t, 9, redistest.StartServer(t).Client(t), true, func(time.Time) {})
+}
+
+// equivalence replays traceCount random traces per algorithm through a
+// Redis store on client and through the memory store. With overrideTime
+// the store sends the trace's clock to the script; otherwise setTime must
+// make Redis TIME follow it.
+func equivalence(t *testing.T, seed uint64, client *redis.Client, overrideTime bool, setTime func(time.Time)) {
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(alg)+seed*14, seed))
+			for n := range traceCount(t) {
+				p := randomPolicy(rng, alg)
+				trace := randomTrace(rng, p, 12)
+				var clk clock
+				opts := []RedisOption{WithPrefix(fmt.Sprintf("eq%d:", n))}
+				if overrideTime {
+					opts = append(opts, withClock(clk.Now))
+				}
+				rs, err := NewRedis(client, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				replay(t, n, p, trace, rs, &clk, setTime)
+			}
+		})
+	}
+}
+
+// replay runs trace n against rs and a fresh memory store on clk (setTime
+// moves any other clock, such as miniredis's), requiring identical
+// decisions at every step.
+func replay(t *testing.T, n int, p *ratelimit.Policy, trace []step, rs *Redis, clk *clock, setTime func(time.Time)) {
+	t.Helper()
+	ctx := context.Background()
+	mem := NewMemory(WithClock(clk.Now))
+	for i, s := range trace {
+		clk.Set(t0.Add(s.at))
+		setTime(t0.Add(s.at))
+		req := ratelimit.Request{Policy: p, Keys: s.keys, Cost: s.cost}
+		want, err := mem.Take(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rs.Take(ctx, req)
+		if err != nil {
+			t.Fatalf("trace %d step %d: %v", n, i, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("trace %d (%s %s) step %d at +%s keys %q cost %d:\nredis  %+v\nmemory %+v", n, p.Name(), p, i, s.at, s.keys, s.cost, got, want)
+		}
+	}
+}

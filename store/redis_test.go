@@ -1,0 +1,583 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/redistest"
+)
+
+// realRedis reports whether tests should start a real redis-server: it is
+// on PATH, or RATELIMIT_REQUIRE_REDIS=1 makes its absence a failure.
+func realRedis() bool {
+	_, err := exec.LookPath("redis-server")
+	return err == nil || redistest.Require()
+}
+
+// stores returns the stores every conformance test runs against: memory,
+// Redis on miniredis, and Redis on a real redis-server (when one can be
+// started; see internal/redistest).
+func stores(t *testing.T) map[string]ratelimit.Store {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	mini, err := NewRedis(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batched, err := NewRedis(redis.NewClient(&redis.Options{Addr: mr.Addr()}), WithBatching(4), WithPrefix("batched:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]ratelimit.Store{"memory": NewMemory(), "miniredis": mini, "miniredis-batched": batched}
+	if realRedis() {
+		real, err := NewRedis(redistest.StartServer(t).Client(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["real"] = real
+	}
+	return out
+}
+
+func mustTake(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, cost int64, keys ...string) ratelimit.Decision {
+	t.Helper()
+	d, err := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: keys, Cost: cost})
+	if err != nil {
+		t.Fatalf("Take(%q, cost %d): %v", keys, cost, err)
+	}
+	return d
+}
+
+// TestDeniedChargesNothing: a request denied by one identity's limit
+// charges no other identity, and no limit of its own.
+func TestDeniedChargesNothing(t *testing.T) {
+	for name, s := range stores(t) {
+		for _, alg := range algorithms {
+			t.Run(name+"/"+alg.String(), func(t *testing.T) {
+				p := ratelimit.MustParsePolicy("5/h, 50/24h", ratelimit.WithAlgorithm(alg), ratelimit.Named("deny"+strconv.Itoa(int(alg))))
+				user, ip := "user:"+t.Name(), "ip:"+t.Name()
+				if d := mustTake(t, s, p, 5, user); !d.Allowed {
+					t.Fatalf("first charge denied: %+v", d)
+				}
+				before := mustTake(t, s, p, 0, ip)
+				for i := 0; i < 3; i++ {
+					if d := mustTake(t, s, p, 1, ip, user); d.Allowed || d.Key != 1 || d.Limit != 0 {
+						t.Fatalf("attempt %d: want denial by key 1 limit 0, got %+v", i, d)
+					}
+				}
+				after := mustTake(t, s, p, 0, ip)
+				if after.Remaining != before.Remaining || after.Limits[1].Remaining != before.Limits[1].Remaining {
+					t.Fatalf("denied requests charged the ip: before %+v after %+v", before, after)
+				}
+				if after.Remaining != 5 {
+					t.Fatalf("ip remaining %d, want 5", after.Remaining)
+				}
+			})
+		}
+	}
+}
+
+// TestConcurrentExact: 64 goroutines racing on one identity admit exactly
+// the limit, never more, whatever the interleaving.
+func TestConcurrentExact(t *testing.T) {
+	for name, s := range stores(t) {
+		for _, alg := range algorithms {
+			t.Run(name+"/"+alg.String(), func(t *testing.T) {
+				spec := "100/10s"
+				if alg != ratelimit.SlidingWindow {
+					// Long periods so neither a window edge nor a refill can
+					// fall inside the test's own run time.
+					spec = "100/24h"
+				}
+				p := ratelimit.MustParsePolicy(spec, ratelimit.WithAlgorithm(alg), ratelimit.Named("conc"))
+				key := "ip:" + t.Name()
+				var admitted, errs atomic.Int64
+				var wg sync.WaitGroup
+				for g := 0; g < 64; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := 0; i < 5; i++ {
+							d, err := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: []string{key}, Cost: 1})
+							if err != nil {
+								errs.Add(1)
+								return
+							}
+							if d.Allowed {
+								admitted.Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				if errs.Load() != 0 {
+					t.Fatalf("%d errors", errs.Load())
+				}
+				got := admitted.Load()
+				if alg == ratelimit.FixedWindow && got > 100 && got <= 200 {
+					t.Skipf("admitted %d: the run crossed a midnight UTC window edge (documented 2× edge)", got)
+				}
+				if got != 100 {
+					t.Fatalf("admitted %d of 320 attempts, want exactly 100", got)
+				}
+			})
+		}
+	}
+}
+
+// TestHugeCost: a cost far above every capacity, up to the largest int64,
+// is denied as Never by every store and algorithm, charges nothing, and
+// leaves the identity limited as before (no arithmetic overflow).
+func TestHugeCost(t *testing.T) {
+	for name, s := range stores(t) {
+		for _, alg := range algorithms {
+			p := ratelimit.MustParsePolicy("10/m, 100/h", ratelimit.WithAlgorithm(alg), ratelimit.Named("huge"))
+			key := "ip:" + name + alg.String()
+			mustTake(t, s, p, 10, key)
+			for _, c := range []int64{1 << 62, 1<<63 - 1, 1537228672809, 11} {
+				if d := mustTake(t, s, p, c, key); d.Allowed || d.RetryAfter != ratelimit.Never {
+					t.Fatalf("%s/%s cost %d: %+v, want denied with Never", name, alg, c, d)
+				}
+			}
+			if d := mustTake(t, s, p, 1, key); d.Allowed {
+				t.Fatalf("%s/%s: still at the limit, yet admitted after huge costs: %+v", name, alg, d)
+			}
+		}
+	}
+}
+
+// TestInvalidRequests: malformed requests are errors, never panics.
+func TestInvalidRequests(t *testing.T) {
+	p := ratelimit.MustParsePolicy("1/s")
+	cases := []ratelimit.Request{
+		{},
+		{Policy: p},
+		{Policy: p, Keys: []string{""}},
+		{Policy: p, Keys: []string{"a"}, Cost: -1},
+		{Policy: p, Keys: []string{"a", "a"}},
+		{Policy: p, Keys: make([]string, MaxKeys+1)},
+		{Policy: &ratelimit.Policy{}, Keys: []string{"a"}},
+	}
+	for name, s := range stores(t) {
+		for i, req := range cases {
+			if _, err := s.Take(context.Background(), req); !errors.Is(err, ErrInvalidRequest) {
+				t.Errorf("%s case %d: err %v, want ErrInvalidRequest", name, i, err)
+			}
+		}
+	}
+}
+
+// TestRealNoScriptRecovery: after SCRIPT FLUSH (as after a restart) the next
+// Take reloads the script by itself.
+func TestRealNoScriptRecovery(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client(t)
+	s, err := NewRedis(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ratelimit.MustParsePolicy("3/h")
+	mustTake(t, s, p, 1, "a")
+	if err := client.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustTake(t, s, p, 1, "a"); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, want allowed with 1 remaining", d)
+	}
+}
+
+// TestKeysExpire: every key carries a TTL no longer than the policy's,
+// so idle identities leave Redis by themselves.
+func TestKeysExpire(t *testing.T) {
+	mr := miniredis.RunT(t)
+	t1 := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	mr.SetTime(t1)
+	s, _ := NewRedis(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	for _, alg := range algorithms {
+		p := ratelimit.MustParsePolicy("10/s, 120/m", ratelimit.WithAlgorithm(alg))
+		key := redisKey(DefaultPrefix, p.ID(), "ip:192.0.2.1")
+		mustTake(t, s, p, 1, "ip:192.0.2.1")
+		ttl := mr.TTL(key)
+		if ttl < p.TTL() || ttl > p.TTL()*5/4 {
+			t.Fatalf("%s: TTL %s after a charge, want in [%s, %s]", alg, ttl, p.TTL(), p.TTL()*5/4)
+		}
+		// A charge soon after leaves the expiry alone (no PEXPIRE): it
+		// still lies more than TTL ahead.
+		mr.SetTime(t1.Add(p.TTL() / 8))
+		mr.FastForward(p.TTL() / 8)
+		mustTake(t, s, p, 1, "ip:192.0.2.1")
+		if got := mr.TTL(key); got != ttl-p.TTL()/8 {
+			t.Fatalf("%s: TTL %s, want %s: refreshed though more than TTL was left", alg, got, ttl-p.TTL()/8)
+		}
+		// Once less than TTL is left, a charge pushes it out again.
+		mr.SetTime(t1.Add(p.TTL() / 2))
+		mr.FastForward(p.TTL() * 3 / 8)
+		mustTake(t, s, p, 1, "ip:192.0.2.1")
+		if got := mr.TTL(key); got < p.TTL() {
+			t.Fatalf("%s: TTL %s after a charge with less than TTL left, want at least %s", alg, got, p.TTL())
+		}
+		mr.FastForward(mr.TTL(key))
+		if mr.Exists(key) {
+			t.Fatalf("%s: key still there after its TTL", alg)
+		}
+		mr.SetTime(t1)
+	}
+}
+
+// TestMemoryEvicts: idle identities leave the memory store after their TTL.
+func TestMemoryEvicts(t *testing.T) {
+	var clk clock
+	clk.Set(t0)
+	m := NewMemory(WithClock(clk.Now), WithShards(1))
+	p := ratelimit.MustParsePolicy("10/s")
+	for i := 0; i < 100; i++ {
+		mustTake(t, m, p, 1, "ip:"+strconv.Itoa(i))
+	}
+	if m.Len() != 100 {
+		t.Fatalf("Len %d, want 100", m.Len())
+	}
+	clk.Set(t0.Add(time.Minute))
+	mustTake(t, m, p, 1, "ip:new")
+	if m.Len() != 1 {
+		t.Fatalf("after the TTL: Len %d, want 1", m.Len())
+	}
+	bounded := NewMemory(WithClock(clk.Now), WithShards(4), WithMaxKeys(64))
+	for i := 0; i < 10_000; i++ {
+		mustTake(t, bounded, p, 1, "ip:"+strconv.Itoa(i))
+	}
+	if n := bounded.Len(); n > 64 {
+		t.Fatalf("WithMaxKeys(64): Len %d", n)
+	}
+	tiny := NewMemory(WithClock(clk.Now), WithMaxKeys(10)) // fewer keys than shards
+	for i := 0; i < 1000; i++ {
+		mustTake(t, tiny, p, 1, "ip:"+strconv.Itoa(i))
+	}
+	if n := tiny.Len(); n > 10 {
+		t.Fatalf("WithMaxKeys(10): Len %d", n)
+	}
+}
+
+// TestRealRoundTrips counts the round trips of N calls of a 3-limit policy
+// with 2 identities: the client sends exactly N commands, one at a time
+// (a go-redis hook sees every command and pipeline), and INFO commandstats
+// on the server shows N EVALSHA and, besides them, only the commands the
+// script itself runs.
+func TestRealRoundTrips(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
+	t.Cleanup(func() { client.Close() })
+	hook := &countHook{}
+	client.AddHook(hook)
+	s, _ := NewRedis(client)
+	p := ratelimit.MustParsePolicy("1000/s, 10000/m, 100000/h")
+	ctx := context.Background()
+	mustTake(t, s, p, 1, "ip:192.0.2.1", "user:1") // loads the script, opens the connection
+	admin := srv.Client(t)
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hook.reset()
+	const n = 200
+	for i := 0; i < n; i++ {
+		if d := mustTake(t, s, p, 1, "ip:192.0.2.1", "user:"+strconv.Itoa(i%7)); !d.Allowed {
+			t.Fatalf("call %d denied", i)
+		}
+	}
+	if hook.cmds != n || hook.pipelines != 0 || hook.names["evalsha"] != n {
+		t.Fatalf("client sent %d commands (%v) and %d pipelines for %d Takes, want %d evalsha", hook.cmds, hook.names, hook.pipelines, n, n)
+	}
+	stats := commandStats(t, admin)
+	delete(stats, "info") // our own INFO call
+	delete(stats, "config|resetstat")
+	if stats["evalsha"] != n {
+		t.Fatalf("server saw %v for %d Takes, want %d evalsha", stats, n, n)
+	}
+	for name := range stats {
+		if !map[string]bool{"evalsha": true, "time": true, "hmget": true, "hset": true, "pexpire": true}[name] {
+			t.Fatalf("server saw %q: %v", name, stats)
+		}
+	}
+	t.Logf("%d Takes (3 limits × 2 identities): client sent %d commands in %d round trips; server commandstats %v", n, hook.cmds, hook.cmds+hook.pipelines, stats)
+}
+
+// countHook counts the commands and pipelines a client sends.
+type countHook struct {
+	mu              sync.Mutex
+	cmds, pipelines int
+	names           map[string]int
+}
+
+func (h *countHook) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cmds, h.pipelines, h.names = 0, 0, map[string]int{}
+}
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		if h.names != nil {
+			h.cmds++
+			h.names[cmd.Name()]++
+		}
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		h.pipelines++
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func commandStats(t *testing.T, c *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return out
+}
+
+// TestRealMemoryPerIdentity measures MEMORY USAGE of one identity's key for
+// "10/s, 120/m, 240/h" with every sub-bucket written (the worst case), at
+// several precisions; the default must stay within 1 KB.
+func TestRealMemoryPerIdentity(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	for _, prec := range []int{0, 5, 20, 50} {
+		p := ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.WithPrecision(prec), ratelimit.Named("mem"+strconv.Itoa(prec)))
+		var clk clock
+		s, _ := NewRedis(client, withClock(clk.Now))
+		// Write every sub-bucket of every limit: steps of n+2 sub-buckets
+		// visit the n+1 ring slots in turn, slowly enough to be admitted.
+		_, widths, buckets, _ := p.Compiled()
+		at := t0
+		for li := range widths {
+			for b := int64(0); b <= buckets[li]; b++ {
+				clk.Set(at)
+				if d := mustTake(t, s, p, 1, "ip:203.0.113.77"); !d.Allowed {
+					t.Fatalf("precision %d: limit %d step %d denied", prec, li, b)
+				}
+				at = at.Add(time.Duration(widths[li]*(buckets[li]+2)) * time.Microsecond)
+			}
+		}
+		key := redisKey(DefaultPrefix, p.ID(), "ip:203.0.113.77")
+		usage, err := client.MemoryUsage(ctx, key, 0).Result() // SAMPLES 0: every field
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ps [ratelimit.MaxLimits]param
+		_, nf := params(p, &ps)
+		t.Logf("precision %d (%d fields): MEMORY USAGE %d bytes, key %q", p.Limit(0).Precision, nf, usage, key)
+		if prec == 0 && usage > 1024 {
+			t.Fatalf("default precision: %d bytes per identity, want ≤ 1024", usage)
+		}
+	}
+}
+
+// TestHostileKeys: identifiers that try to break out of their key (braces,
+// colons, newlines, invalid UTF-8, 10 KB) stay inside their prefix and
+// their own slot, and never meet another identity's key.
+func TestHostileKeys(t *testing.T) {
+	ids := []string{
+		"ip:192.0.2.1", "user:{evil}", "user:}{", "user:{", "a}b{c}", "user:1\r\nDEL x", "key:\x00\xff\xfe",
+		"user:%7B", "user:{", "#deadbeef", strings.Repeat("a", 10_000), strings.Repeat("a", 10_001),
+		strings.Repeat("{", 129), "user:é", "user:\xc3", "ip:::1", "ip:0:0:0:0:0:0:0:1",
+	}
+	seen := map[string]string{}
+	for _, id := range ids {
+		key := redisKey("app:", "default:0000abcd", id)
+		if !strings.HasPrefix(key, "app:{") || !strings.HasSuffix(key, "}:default:0000abcd") {
+			t.Fatalf("%q: key %q left its prefix or suffix", id, key)
+		}
+		tag := key[len("app:{") : len(key)-len("}:default:0000abcd")]
+		if strings.ContainsAny(tag, "{}\r\n\x00 ") || len(tag) > 3*maxPlainKey {
+			t.Fatalf("%q: tag %q has a brace, control byte, or is too long", id, tag)
+		}
+		if prev, dup := seen[key]; dup && prev != id {
+			t.Fatalf("%q and %q share key %q", prev, id, key)
+		}
+		seen[key] = id
+	}
+	if err := validPrefix("a{b"); err == nil {
+		t.Fatal("prefix with a brace accepted")
+	}
+	if _, err := NewRedis(nil); err == nil {
+		t.Fatal("nil client accepted")
+	}
+}
+
+// TestClusterDeniedRefunds: on a real 3-master Redis Cluster, identities in
+// different slots are checked in one pipeline, and a request denied by one
+// is refunded on the others.
+func TestClusterDeniedRefunds(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	client := cl.Client(t)
+	s, err := NewRedis(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Find two identities on different masters.
+	p := ratelimit.MustParsePolicy("5/h, 50/24h", ratelimit.Named("cluster"))
+	user := "user:1"
+	ip := ""
+	for i := 0; ip == ""; i++ {
+		cand := fmt.Sprintf("ip:192.0.2.%d", i)
+		if cl.NodeForKey(redisKey(DefaultPrefix, p.ID(), cand)) != cl.NodeForKey(redisKey(DefaultPrefix, p.ID(), user)) {
+			ip = cand
+		}
+	}
+	for _, alg := range algorithms {
+		p := ratelimit.MustParsePolicy("5/h, 50/24h", ratelimit.WithAlgorithm(alg), ratelimit.Named("cluster"+strconv.Itoa(int(alg))))
+		if d := mustTake(t, s, p, 5, user); !d.Allowed {
+			t.Fatalf("%s: first charge denied", alg)
+		}
+		if d := mustTake(t, s, p, 2, ip, user); d.Allowed || d.Key != 1 || d.Limits[1].Remaining != 45 {
+			t.Fatalf("%s: want a denial by the user, whose day limit has 45 left, got %+v", alg, d)
+		}
+		waitRefunded(t, s, p, ip, 5, 50)
+		if d := mustTake(t, s, p, 2, ip); !d.Allowed || d.Remaining != 3 {
+			t.Fatalf("%s: %+v, want allowed with 3 left", alg, d)
+		}
+	}
+	// The cluster also recovers from a script flush on every master.
+	p = ratelimit.MustParsePolicy("5/h, 50/24h", ratelimit.Named("cluster0")) // the user spent its 5 above
+	if err := client.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		return c.ScriptFlush(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustTake(t, s, p, 1, ip, user); d.Allowed || d.Key != 1 {
+		t.Fatalf("after flush: %+v, want denial by the user", d)
+	}
+	waitRefunded(t, s, p, ip, 3, 48) // the ip spent 2 of 5 and of 50 above
+}
+
+// waitRefunded waits, bounded, until a peek at key shows rem and day left:
+// Cluster refunds run off the request's path.
+func waitRefunded(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, key string, rem, day int64) {
+	t.Helper()
+	var d ratelimit.Decision
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		if d = mustTake(t, s, p, 0, key); d.Remaining == rem && d.Limits[1].Remaining == day {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was charged by a denied request and not refunded: %+v, want %d and %d left", key, d, rem, day)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestBatchingSameDecisions: with batching on, concurrent Takes share
+// pipelines and still admit exactly the limit; a script flush is
+// recovered from; sequential Takes give the decisions of the memory store.
+func TestBatchingSameDecisions(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	s, err := NewRedis(client, WithBatching(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ratelimit.MustParsePolicy("100/24h, 1000/48h", ratelimit.Named("batch"))
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:1", "user:" + strconv.Itoa(i%3)}, Cost: 1})
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 100 {
+		t.Fatalf("admitted %d of 320, want 100", admitted.Load())
+	}
+	if err := client.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustTake(t, s, p, 1, "ip:2"); !d.Allowed || d.Remaining != 99 {
+		t.Fatalf("after SCRIPT FLUSH: %+v", d)
+	}
+	// A caller whose context ends does not wait for the batch.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:3"}, Cost: 1}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled Take: %v", err)
+	}
+}
+
+// TestClockStepsBack: when the clock steps back after a charge, the stores
+// count from the last charge's time, and RetryAfter includes the step, so
+// waiting exactly RetryAfter (on the stepped-back clock) is enough and
+// 1µs less is not: never an early Retry-After.
+func TestClockStepsBack(t *testing.T) {
+	mr := miniredis.RunT(t)
+	var clk clock
+	mini, _ := NewRedis(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	set := func(at time.Time) { clk.Set(at); mr.SetTime(at) }
+	for name, s := range map[string]ratelimit.Store{"memory": NewMemory(WithClock(clk.Now)), "miniredis": mini} {
+		for _, alg := range algorithms {
+			p := ratelimit.MustParsePolicy("1/s, 10/m", ratelimit.WithAlgorithm(alg), ratelimit.Named("back"))
+			key := "ip:back-" + name + alg.String()
+			set(t0)
+			mustTake(t, s, p, 1, key)
+			back := t0.Add(-10 * time.Second)
+			set(back)
+			d := mustTake(t, s, p, 1, key)
+			if d.Allowed || d.RetryAfter <= 10*time.Second {
+				t.Fatalf("%s/%s: %+v, want a denial waiting more than the 10s step", name, alg, d)
+			}
+			set(back.Add(d.RetryAfter - time.Microsecond))
+			if mustTake(t, s, p, 1, key).Allowed {
+				t.Fatalf("%s/%s: admitted 1µs before RetryAfter %s", name, alg, d.RetryAfter)
+			}
+			set(back.Add(d.RetryAfter))
+			if got := mustTake(t, s, p, 1, key); !got.Allowed {
+				t.Fatalf("%s/%s: denied after waiting RetryAfter %s: %+v", name, alg, d.RetryAfter, got)
+			}
+		}
+	}
+}
