@@ -1,0 +1,255 @@
+package ratelimit
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Result is what the Limiter decided for one request. The Limiter puts it
+// in the request's context before calling the next handler or the denied
+// handler; read it with FromContext.
+type Result struct {
+	// Policy is the policy applied. It is nil only in a Result built by
+	// hand.
+	Policy *Policy
+	// Keys are the keys of the identifiers that applied, in order
+	// ("ip:203.0.113.7", "user:42"). Empty when no identifier applied.
+	// Decision.Key and LimitStatus.Key index it.
+	Keys []string
+	// Cost is the request's cost in units of Limit.Rate.
+	Cost int64
+	// Decision is the store's answer (or the failure mode's, when Err is
+	// set).
+	Decision Decision
+	// Err is the store's error when the store failed and the configured
+	// failure mode decided instead; nil otherwise. It is for logs and
+	// metrics: never send its text to the client.
+	Err error
+	// DryRun reports whether the Limiter was in dry-run mode: the request
+	// went through even if Decision denies it.
+	DryRun bool
+}
+
+// ctxKey is the context key of the Result; unexported so that only
+// NewContext can set it.
+type ctxKey struct{}
+
+// NewContext returns a copy of ctx carrying res. The Limiter calls it for
+// every request it checks; custom middleware stacks and tests may too.
+func NewContext(ctx context.Context, res Result) context.Context {
+	return context.WithValue(ctx, ctxKey{}, res)
+}
+
+// FromContext returns the Result carried by ctx, and whether there was one.
+// Without one (the request did not go through a Limiter, or ctx is nil) it
+// returns the zero Result and false.
+func FromContext(ctx context.Context) (Result, bool) {
+	if ctx == nil {
+		return Result{}, false
+	}
+	res, ok := ctx.Value(ctxKey{}).(Result)
+	return res, ok
+}
+
+// ProblemType is the "type" of the problem documents DeniedHandler writes:
+// a URI naming this kind of problem and documenting its extension members
+// (limit, quota, window, retry_after).
+const ProblemType = "https://github.com/ratelimitkit/ratelimit#rate-limited"
+
+// Problem is the RFC 9457 problem document DeniedHandler writes, as JSON
+// with the member names in the struct tags. Custom denied handlers can
+// build one with NewProblem, adjust it and encode it with encoding/json;
+// clients can decode a 429 body into it.
+type Problem struct {
+	// Type is ProblemType.
+	Type string `json:"type"`
+	// Title is "Too Many Requests".
+	Title string `json:"title"`
+	// Status is 429.
+	Status int `json:"status"`
+	// Detail is one or two English sentences naming the violated limit and
+	// when to retry, e.g. `Rate limit "default-1s" (10 per 1s) exceeded.
+	// Retry in 1 second.`
+	Detail string `json:"detail"`
+	// Limit is the name of the violated limit (Limit.Name); omitted when
+	// unknown.
+	Limit string `json:"limit,omitempty"`
+	// Quota is the violated limit's capacity in units of cost: its Rate,
+	// or its Burst for the token bucket (the q of RateLimit-Policy).
+	// Omitted when the limit is unknown.
+	Quota int64 `json:"quota,omitempty"`
+	// Window is the violated limit's Period in whole seconds, rounded up,
+	// at least 1 (the w of RateLimit-Policy). Omitted when the limit is
+	// unknown.
+	Window int64 `json:"window,omitempty"`
+	// RetryAfter is the number of seconds to wait before retrying, as in
+	// the Retry-After header: rounded up, at least 1. Omitted (0) when the
+	// request can never be admitted (RetryAfter is Never), when the
+	// decision allowed it, or when there is no Result.
+	RetryAfter int64 `json:"retry_after,omitempty"`
+}
+
+// NewProblem returns the problem document describing res, as DeniedHandler
+// writes it. It accepts any Result: members it cannot fill (no Policy, a
+// Decision.Limit out of range) are left out. Err's text is never included.
+func NewProblem(res Result) Problem {
+	pb := Problem{Type: ProblemType, Title: "Too Many Requests", Status: http.StatusTooManyRequests}
+	d := res.Decision
+	var l *Limit
+	if p := res.Policy; p != nil && d.Limit >= 0 && d.Limit < len(p.limits) {
+		l = &p.limits[d.Limit]
+		pb.Limit = l.Name
+		pb.Quota = limitQuota(l, p.algorithm == TokenBucket)
+		pb.Window = windowSeconds(l.Period)
+	}
+	var b strings.Builder
+	if d.RetryAfter == Never && !d.Allowed {
+		b.WriteString("This request's cost ")
+		if res.Cost > 0 {
+			b.WriteString("(" + strconv.FormatInt(res.Cost, 10) + ") ")
+		}
+		if l != nil {
+			b.WriteString("exceeds the limit ")
+			writeLimit(&b, l, res.Policy.algorithm == TokenBucket)
+		} else {
+			b.WriteString("exceeds a rate limit")
+		}
+		b.WriteString(" and can never be admitted.")
+		pb.Detail = b.String()
+		return pb
+	}
+	if l != nil {
+		b.WriteString("Rate limit ")
+		writeLimit(&b, l, res.Policy.algorithm == TokenBucket)
+		b.WriteString(" exceeded.")
+	} else {
+		b.WriteString("Rate limit exceeded.")
+	}
+	if secs, ok := retryAfterSeconds(d); ok {
+		pb.RetryAfter = secs
+		b.WriteString(" Retry in " + strconv.FormatInt(secs, 10))
+		if secs == 1 {
+			b.WriteString(" second.")
+		} else {
+			b.WriteString(" seconds.")
+		}
+	}
+	pb.Detail = b.String()
+	return pb
+}
+
+// writeLimit writes l for people: `"api-1s" (10 per 1s)`, with the burst
+// of a token bucket when it differs from the rate.
+func writeLimit(b *strings.Builder, l *Limit, tokenBucket bool) {
+	b.WriteString(strconv.Quote(l.Name))
+	b.WriteString(" (" + strconv.FormatInt(l.Rate, 10) + " per " + FormatPeriod(l.Period))
+	if tokenBucket && l.Burst > 0 && l.Burst != l.Rate {
+		b.WriteString(", burst " + strconv.FormatInt(l.Burst, 10))
+	}
+	b.WriteByte(')')
+}
+
+// DeniedHandler is the default handler for denied requests. It answers 429
+// Too Many Requests with Content-Type application/problem+json and an RFC
+// 9457 problem document (see Problem and NewProblem) naming the violated
+// limit and when to retry, built from the Result in the request's context.
+// Without a Result it still answers a valid 429 problem document, with a
+// generic detail and no limit members.
+//
+// It sets Cache-Control: no-store and X-Content-Type-Options: nosniff. It
+// does not set the rate-limit headers or Retry-After: the Limiter writes
+// them (SetHeaders, SetRetryAfter) before calling it, so a replacement
+// handler need not either.
+var DeniedHandler http.Handler = http.HandlerFunc(serveDenied)
+
+func serveDenied(w http.ResponseWriter, r *http.Request) {
+	var pb Problem
+	if res, ok := FromContext(r.Context()); ok {
+		pb = NewProblem(res)
+	} else {
+		pb = Problem{Type: ProblemType, Title: "Too Many Requests", Status: http.StatusTooManyRequests, Detail: "Rate limit exceeded."}
+	}
+	var buf [512]byte
+	body := pb.appendJSON(buf[:0])
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write(body) // an error means the client is gone: nothing to do
+}
+
+// appendJSON appends pb as JSON, byte for byte what encoding/json.Marshal
+// writes (same member order, omitempty, HTML-safe escaping), without its
+// reflection: the deny path runs for every rejected request of a flood.
+func (pb Problem) appendJSON(b []byte) []byte {
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, pb.Type)
+	b = append(b, `,"title":`...)
+	b = appendJSONString(b, pb.Title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(pb.Status), 10)
+	b = append(b, `,"detail":`...)
+	b = appendJSONString(b, pb.Detail)
+	if pb.Limit != "" {
+		b = append(b, `,"limit":`...)
+		b = appendJSONString(b, pb.Limit)
+	}
+	for _, m := range [...]struct {
+		name string
+		v    int64
+	}{{`,"quota":`, pb.Quota}, {`,"window":`, pb.Window}, {`,"retry_after":`, pb.RetryAfter}} {
+		if m.v != 0 {
+			b = append(b, m.name...)
+			b = strconv.AppendInt(b, m.v, 10)
+		}
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string escaped as encoding/json
+// does by default: quotes, backslashes and control bytes; <, > and & for
+// HTML safety; U+2028 and U+2029; invalid UTF-8 as U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c == '\b':
+				b = append(b, '\\', 'b')
+			case c == '\f':
+				b = append(b, '\\', 'f')
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&15])
+		default:
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}

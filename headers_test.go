@@ -1,0 +1,891 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ---------------------------------------------------------------------------
+// A Structured Field List parser (RFC 9651 §4.2.1) for the subset the
+// rate-limit headers use: items are sf-string, sf-token, sf-integer or
+// sf-boolean; parameters carry the same bare items. Inner lists, decimals,
+// byte sequences, dates and display strings are rejected, as is anything
+// malformed.
+// ---------------------------------------------------------------------------
+
+// sfToken is a parsed sf-token, kept apart from sf-string.
+type sfToken string
+
+// sfParam is one parameter; Value is a string, sfToken, int64 or bool.
+type sfParam struct {
+	Key   string
+	Value any
+}
+
+// sfItem is one list member; Value is a string, sfToken, int64 or bool.
+type sfItem struct {
+	Value  any
+	Params []sfParam
+}
+
+// param returns the value of the parameter key.
+func (it sfItem) param(key string) (any, bool) {
+	for _, p := range it.Params {
+		if p.Key == key {
+			return p.Value, true
+		}
+	}
+	return nil, false
+}
+
+type sfParser struct {
+	s string
+	i int
+}
+
+func (p *sfParser) eof() bool  { return p.i >= len(p.s) }
+func (p *sfParser) peek() byte { return p.s[p.i] }
+
+func (p *sfParser) errorf(format string, args ...any) error {
+	return fmt.Errorf("offset %d of %q: %s", p.i, p.s, fmt.Sprintf(format, args...))
+}
+
+// parseSFList parses a whole field value as an sf-list.
+func parseSFList(s string) ([]sfItem, error) {
+	p := &sfParser{s: s}
+	for !p.eof() && p.peek() == ' ' { // leading SP
+		p.i++
+	}
+	var items []sfItem
+	for !p.eof() {
+		it, err := p.item()
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+		p.ows()
+		if p.eof() {
+			return items, nil
+		}
+		if p.peek() != ',' {
+			return nil, p.errorf("want ',' after a list member, got %q", p.peek())
+		}
+		p.i++
+		p.ows()
+		if p.eof() {
+			return nil, p.errorf("trailing comma")
+		}
+	}
+	return items, nil // an empty field is an empty list
+}
+
+func (p *sfParser) ows() {
+	for !p.eof() && (p.peek() == ' ' || p.peek() == '\t') {
+		p.i++
+	}
+}
+
+func (p *sfParser) item() (sfItem, error) {
+	v, err := p.bareItem()
+	if err != nil {
+		return sfItem{}, err
+	}
+	params, err := p.params()
+	if err != nil {
+		return sfItem{}, err
+	}
+	return sfItem{Value: v, Params: params}, nil
+}
+
+func (p *sfParser) params() ([]sfParam, error) {
+	var out []sfParam
+	for !p.eof() && p.peek() == ';' {
+		p.i++
+		for !p.eof() && p.peek() == ' ' {
+			p.i++
+		}
+		key, err := p.key()
+		if err != nil {
+			return nil, err
+		}
+		var v any = true
+		if !p.eof() && p.peek() == '=' {
+			p.i++
+			if v, err = p.bareItem(); err != nil {
+				return nil, err
+			}
+		}
+		replaced := false // a repeated key overwrites, keeping its place
+		for j := range out {
+			if out[j].Key == key {
+				out[j].Value, replaced = v, true
+			}
+		}
+		if !replaced {
+			out = append(out, sfParam{key, v})
+		}
+	}
+	return out, nil
+}
+
+func (p *sfParser) key() (string, error) {
+	start := p.i
+	if p.eof() || !(sfLCAlpha(p.peek()) || p.peek() == '*') {
+		return "", p.errorf("parameter key must start with a-z or '*'")
+	}
+	for !p.eof() {
+		c := p.peek()
+		if !(sfLCAlpha(c) || sfDigit(c) || c == '_' || c == '-' || c == '.' || c == '*') {
+			break
+		}
+		p.i++
+	}
+	return p.s[start:p.i], nil
+}
+
+func (p *sfParser) bareItem() (any, error) {
+	if p.eof() {
+		return nil, p.errorf("missing item")
+	}
+	switch c := p.peek(); {
+	case c == '-' || sfDigit(c):
+		return p.integer()
+	case c == '"':
+		return p.str()
+	case c == '?':
+		return p.boolean()
+	case sfAlpha(c) || c == '*':
+		return p.token(), nil
+	default:
+		return nil, p.errorf("unsupported or invalid item starting with %q", c)
+	}
+}
+
+func (p *sfParser) integer() (int64, error) {
+	start := p.i
+	if p.peek() == '-' {
+		p.i++
+	}
+	digits := p.i
+	for !p.eof() && sfDigit(p.peek()) {
+		p.i++
+	}
+	n := p.i - digits
+	if n == 0 {
+		return 0, p.errorf("'-' without digits")
+	}
+	if n > 15 {
+		return 0, p.errorf("integer of %d digits, at most 15 allowed", n)
+	}
+	if !p.eof() && p.peek() == '.' {
+		return 0, p.errorf("decimals are not part of the supported subset")
+	}
+	return strconv.ParseInt(p.s[start:p.i], 10, 64)
+}
+
+func (p *sfParser) str() (string, error) {
+	p.i++ // opening DQUOTE
+	var b strings.Builder
+	for !p.eof() {
+		c := p.peek()
+		p.i++
+		switch {
+		case c == '\\':
+			if p.eof() || (p.peek() != '"' && p.peek() != '\\') {
+				return "", p.errorf("bad escape in string")
+			}
+			b.WriteByte(p.peek())
+			p.i++
+		case c == '"':
+			return b.String(), nil
+		case c < 0x20 || c > 0x7e:
+			return "", p.errorf("byte %#x not allowed in a string", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", p.errorf("unterminated string")
+}
+
+func (p *sfParser) boolean() (bool, error) {
+	p.i++ // '?'
+	if p.eof() || (p.peek() != '0' && p.peek() != '1') {
+		return false, p.errorf("boolean must be ?0 or ?1")
+	}
+	v := p.peek() == '1'
+	p.i++
+	return v, nil
+}
+
+func (p *sfParser) token() sfToken {
+	start := p.i
+	p.i++ // ALPHA or '*', checked by the caller
+	for !p.eof() && (sfTchar(p.peek()) || p.peek() == ':' || p.peek() == '/') {
+		p.i++
+	}
+	return sfToken(p.s[start:p.i])
+}
+
+func sfLCAlpha(c byte) bool { return c >= 'a' && c <= 'z' }
+func sfAlpha(c byte) bool   { return sfLCAlpha(c) || c >= 'A' && c <= 'Z' }
+func sfDigit(c byte) bool   { return c >= '0' && c <= '9' }
+func sfTchar(c byte) bool {
+	return sfAlpha(c) || sfDigit(c) || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+func TestHeaderSFParser(t *testing.T) {
+	valid := []struct {
+		in   string
+		want []sfItem
+	}{
+		{``, nil},
+		{`"a"`, []sfItem{{Value: "a"}}},
+		{`  "a";q=1;w=2, "b";q=3;w=4`, []sfItem{
+			{Value: "a", Params: []sfParam{{"q", int64(1)}, {"w", int64(2)}}},
+			{Value: "b", Params: []sfParam{{"q", int64(3)}, {"w", int64(4)}}},
+		}},
+		{"tok/x:y;a=\"s\";b=t1;c;d=?0 \t,\t 42;n=-7,\"q\\\"\\\\\"", []sfItem{
+			{Value: sfToken("tok/x:y"), Params: []sfParam{{"a", "s"}, {"b", sfToken("t1")}, {"c", true}, {"d", false}}},
+			{Value: int64(42), Params: []sfParam{{"n", int64(-7)}}},
+			{Value: `q"\`},
+		}},
+		{`"a";q=1;q=2;w=3`, []sfItem{{Value: "a", Params: []sfParam{{"q", int64(2)}, {"w", int64(3)}}}}},
+		{`"a"; q=1`, []sfItem{{Value: "a", Params: []sfParam{{"q", int64(1)}}}}},
+		{`999999999999999`, []sfItem{{Value: int64(999999999999999)}}},
+	}
+	for _, tc := range valid {
+		got, err := parseSFList(tc.in)
+		if err != nil {
+			t.Errorf("parseSFList(%q): %v", tc.in, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("parseSFList(%q) = %#v, want %#v", tc.in, got, tc.want)
+		}
+	}
+	invalid := []string{
+		`"unterminated`, `"a";q=`, `"a";Q=1`, `"a";1=1`, `"a",`, `,"a"`, `"a",,"b"`,
+		`"a" "b"`, `"a";q=1 ;w=2`, `1234567890123456`, `"a";q=1.5`, `-`, `"a\x"`,
+		"\"caf\xc3\xa9\"", "\"a\x00\"", `(inner list)`, `:Ymlu:`, `@date`, `%"display"`,
+		`?2`, "\t\"a\"", `"a";=1`, `"a";q="b`,
+	}
+	for _, in := range invalid {
+		if got, err := parseSFList(in); err == nil {
+			t.Errorf("parseSFList(%q) = %#v, want an error", in, got)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Response checkers, shared with denied_test.go.
+// ---------------------------------------------------------------------------
+
+// respCheck checks one aspect of a recorded response.
+type respCheck func(t *testing.T, rec *httptest.ResponseRecorder)
+
+func hasStatus(want int) respCheck {
+	return func(t *testing.T, rec *httptest.ResponseRecorder) {
+		t.Helper()
+		if rec.Code != want {
+			t.Errorf("status = %d, want %d", rec.Code, want)
+		}
+	}
+}
+
+// hasHeader checks that key has exactly one value, want.
+func hasHeader(key, want string) respCheck {
+	return func(t *testing.T, rec *httptest.ResponseRecorder) {
+		t.Helper()
+		if got := rec.Header().Values(key); len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %q, want [%q]", key, got, want)
+		}
+	}
+}
+
+func hasNoHeader(key string) respCheck {
+	return func(t *testing.T, rec *httptest.ResponseRecorder) {
+		t.Helper()
+		if got, ok := rec.Header()[http.CanonicalHeaderKey(key)]; ok {
+			t.Errorf("%s = %q, want no such header", key, got)
+		}
+	}
+}
+
+// hasOnlyHeaders checks that the header keys are exactly keys, each
+// stored under its canonical spelling.
+func hasOnlyHeaders(keys ...string) respCheck {
+	return func(t *testing.T, rec *httptest.ResponseRecorder) {
+		t.Helper()
+		want := map[string]bool{}
+		for _, k := range keys {
+			want[http.CanonicalHeaderKey(k)] = true
+		}
+		got := map[string]bool{}
+		for k := range rec.Header() {
+			got[k] = true
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("header keys = %v, want %v", sortedHeaderKeys(got), sortedHeaderKeys(want))
+		}
+	}
+}
+
+func sortedHeaderKeys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	for i := range out { // tiny insertion sort, keeps imports small
+		for j := i; j > 0 && out[j] < out[j-1]; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// quotaPolicy is one expected member of RateLimit-Policy.
+type quotaPolicy struct {
+	name string
+	q, w int64
+}
+
+// parseSingle parses the one value of key as an sf-list.
+func parseSingle(rec *httptest.ResponseRecorder, key string) ([]sfItem, error) {
+	vals := rec.Header().Values(key)
+	if len(vals) != 1 {
+		return nil, fmt.Errorf("%s has %d values %q, want 1", key, len(vals), vals)
+	}
+	items, err := parseSFList(vals[0])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return items, nil
+}
+
+// intParams checks that it is an sf-string named name whose parameters are
+// exactly keys, in order, all sf-integers; it returns their values.
+func intParams(it sfItem, name string, keys ...string) ([]int64, error) {
+	if it.Value != name {
+		return nil, fmt.Errorf("member %#v, want sf-string %q", it.Value, name)
+	}
+	if len(it.Params) != len(keys) {
+		return nil, fmt.Errorf("member %q has parameters %v, want %v", name, it.Params, keys)
+	}
+	out := make([]int64, len(keys))
+	for i, k := range keys {
+		v, ok := it.Params[i].Value.(int64)
+		if it.Params[i].Key != k || !ok {
+			return nil, fmt.Errorf("member %q parameter %d = %v, want %s=<integer>", name, i, it.Params[i], k)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// hasPolicy parses RateLimit-Policy and checks its members.
+func hasPolicy(want ...quotaPolicy) respCheck {
+	return func(t *testing.T, rec *httptest.ResponseRecorder) {
+		t.Helper()
+		items, err := parseSingle(rec, "RateLimit-Policy")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var got []quotaPolicy
+		for _, it := range items {
+			name, _ := it.Value.(string)
+			v, err := intParams(it, name, "q", "w")
+			if err != nil {
+				t.Errorf("RateLimit-Policy: %v", err)
+				return
+			}
+			got = append(got, quotaPolicy{name, v[0], v[1]})
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("RateLimit-Policy = %+v, want %+v", got, want)
+		}
+	}
+}
+
+// hasRateLimit parses RateLimit and checks its one member.
+func hasRateLimit(name string, r, tSecs int64) respCheck {
+	return func(t *testing.T, rec *httptest.ResponseRecorder) {
+		t.Helper()
+		items, err := parseSingle(rec, "RateLimit")
+		if err == nil && len(items) != 1 {
+			err = fmt.Errorf("RateLimit has %d members, want 1", len(items))
+		}
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		v, err := intParams(items[0], name, "r", "t")
+		if err != nil {
+			t.Errorf("RateLimit: %v", err)
+			return
+		}
+		if v[0] != r || v[1] != tSecs {
+			t.Errorf("RateLimit: r=%d t=%d, want r=%d t=%d", v[0], v[1], r, tSecs)
+		}
+	}
+}
+
+// hasInt parses key as an sf-integer item without parameters (the legacy
+// headers' syntax) and checks it.
+func hasInt(key string, want int64) respCheck {
+	return func(t *testing.T, rec *httptest.ResponseRecorder) {
+		t.Helper()
+		items, err := parseSingle(rec, key)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if len(items) != 1 || len(items[0].Params) != 0 {
+			t.Errorf("%s = %q, want one integer without parameters", key, rec.Header().Get(key))
+			return
+		}
+		if got, ok := items[0].Value.(int64); !ok || got != want {
+			t.Errorf("%s = %#v, want %d", key, items[0].Value, want)
+		}
+	}
+}
+
+// hasLegacy checks the three integers of a legacy style; prefix is
+// "RateLimit-" or "X-RateLimit-".
+func hasLegacy(prefix string, limit, remaining, reset int64) []respCheck {
+	return []respCheck{hasInt(prefix+"Limit", limit), hasInt(prefix+"Remaining", remaining), hasInt(prefix+"Reset", reset)}
+}
+
+// parseDelaySeconds parses an RFC 9110 delay-seconds: 1*DIGIT.
+func parseDelaySeconds(s string) (int64, error) {
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q is not delay-seconds", s)
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+func hasRetryAfter(want int64) respCheck {
+	return func(t *testing.T, rec *httptest.ResponseRecorder) {
+		t.Helper()
+		vals := rec.Header().Values("Retry-After")
+		if len(vals) != 1 {
+			t.Errorf("Retry-After = %q, want one value", vals)
+			return
+		}
+		got, err := parseDelaySeconds(vals[0])
+		if err != nil || got != want {
+			t.Errorf("Retry-After = %q (%v), want %d", vals[0], err, want)
+		}
+	}
+}
+
+func joinChecks(groups ...[]respCheck) []respCheck {
+	var out []respCheck
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------
+// SetHeaders
+// ---------------------------------------------------------------------------
+
+func policyOf(t testing.TB, name string, alg Algorithm, limits ...Limit) *Policy {
+	t.Helper()
+	p, err := NewPolicy(name, alg, limits...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const allHeaderStyles = HeadersIETF | HeadersDraft06 | HeadersXRateLimit
+
+var legacyKeys = []string{
+	"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
+	"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+}
+
+func TestSetHeaders(t *testing.T) {
+	p3 := MustParsePolicy("10/s, 120/m, 240/h")
+	p3Policy := hasPolicy(quotaPolicy{"default-1s", 10, 1}, quotaPolicy{"default-1m", 120, 60}, quotaPolicy{"default-1h", 240, 3600})
+	subSecond := MustParsePolicy("10/500ms, 20/1500ms, 30/1ms, 40/2001ms", Named("sub"))
+	bucket := policyOf(t, "tb", TokenBucket,
+		Limit{Rate: 10, Period: time.Second, Burst: 25},
+		Limit{Rate: 100, Period: time.Minute},
+	)
+	named := policyOf(t, "api", FixedWindow,
+		Limit{Rate: 100, Period: time.Minute, Name: "burst"},
+		Limit{Rate: 1000, Period: 24 * time.Hour, Name: "daily"},
+	)
+	ietfKeys := []string{"RateLimit-Policy", "RateLimit"}
+
+	tests := []struct {
+		name   string
+		style  HeaderStyle
+		p      *Policy
+		d      Decision
+		before http.Header // headers present before the call
+		checks []respCheck
+	}{
+		{
+			name:  "ietf, three limits in order",
+			style: HeadersIETF, p: p3,
+			d: Decision{Allowed: true, Limit: 0, Remaining: 9, ResetAfter: 100 * time.Millisecond},
+			checks: []respCheck{
+				hasOnlyHeaders(ietfKeys...), p3Policy, hasRateLimit("default-1s", 9, 1),
+				// The exact bytes, once: members joined by ", ".
+				hasHeader("RateLimit-Policy", `"default-1s";q=10;w=1, "default-1m";q=120;w=60, "default-1h";q=240;w=3600`),
+				hasHeader("RateLimit", `"default-1s";r=9;t=1`),
+			},
+		},
+		{
+			name:  "ietf, most restrictive is the hour",
+			style: HeadersIETF, p: p3,
+			d:      Decision{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 59*time.Minute + 30*time.Second, RetryAfter: 15 * time.Second},
+			checks: []respCheck{p3Policy, hasRateLimit("default-1h", 0, 3570), hasNoHeader("Retry-After")},
+		},
+		{
+			name:  "sub-second and fractional periods round up",
+			style: HeadersIETF, p: subSecond,
+			d: Decision{Allowed: true, Limit: 1, Remaining: 19, ResetAfter: 1500 * time.Millisecond},
+			checks: []respCheck{
+				hasPolicy(quotaPolicy{"sub-500ms", 10, 1}, quotaPolicy{"sub-1500ms", 20, 2}, quotaPolicy{"sub-1ms", 30, 1}, quotaPolicy{"sub-2001ms", 40, 3}),
+				hasRateLimit("sub-1500ms", 19, 2),
+			},
+		},
+		{
+			name:  "token bucket advertises the burst",
+			style: HeadersIETF | HeadersDraft06, p: bucket,
+			d: Decision{Allowed: true, Limit: 0, Remaining: 24, ResetAfter: 100 * time.Millisecond},
+			checks: joinChecks(
+				[]respCheck{hasPolicy(quotaPolicy{"tb-1s", 25, 1}, quotaPolicy{"tb-1m", 100, 60}), hasRateLimit("tb-1s", 24, 1)},
+				hasLegacy("RateLimit-", 25, 24, 1),
+			),
+		},
+		{
+			name:  "custom limit names",
+			style: HeadersIETF, p: named,
+			d:      Decision{Allowed: true, Limit: 1, Remaining: 998, ResetAfter: 23 * time.Hour},
+			checks: []respCheck{hasPolicy(quotaPolicy{"burst", 100, 60}, quotaPolicy{"daily", 1000, 86400}), hasRateLimit("daily", 998, 82800)},
+		},
+		{
+			name:  "all styles together",
+			style: allHeaderStyles, p: p3,
+			d: Decision{Allowed: true, Limit: 1, Remaining: 57, ResetAfter: 42*time.Second + time.Nanosecond},
+			checks: joinChecks(
+				[]respCheck{hasOnlyHeaders(append(ietfKeys, legacyKeys...)...), p3Policy, hasRateLimit("default-1m", 57, 43)},
+				hasLegacy("RateLimit-", 120, 57, 43),
+				hasLegacy("X-RateLimit-", 120, 57, 43),
+			),
+		},
+		{
+			name:  "legacy X- style alone",
+			style: HeadersXRateLimit, p: p3,
+			d: Decision{Allowed: true, Limit: 0, Remaining: 3, ResetAfter: 700 * time.Millisecond},
+			checks: joinChecks(
+				[]respCheck{hasOnlyHeaders("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")},
+				hasLegacy("X-RateLimit-", 10, 3, 1),
+			),
+		},
+		{
+			name:  "draft-06 style alone",
+			style: HeadersDraft06, p: p3,
+			d: Decision{Allowed: true, Limit: 2, Remaining: 200, ResetAfter: time.Hour},
+			checks: joinChecks(
+				[]respCheck{hasOnlyHeaders("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")},
+				hasLegacy("RateLimit-", 240, 200, 3600),
+			),
+		},
+		{
+			name:  "t rounds up: 1ns is 1s",
+			style: HeadersIETF | HeadersDraft06, p: p3,
+			d: Decision{Limit: 0, ResetAfter: time.Nanosecond},
+			checks: joinChecks(
+				[]respCheck{hasRateLimit("default-1s", 0, 1)},
+				hasLegacy("RateLimit-", 10, 0, 1),
+			),
+		},
+		{
+			name:  "t: exactly 2s is 2",
+			style: HeadersIETF, p: p3,
+			d:      Decision{Limit: 0, ResetAfter: 2 * time.Second},
+			checks: []respCheck{hasRateLimit("default-1s", 0, 2)},
+		},
+		{
+			name:  "t: 2.000001s is 3",
+			style: HeadersIETF, p: p3,
+			d:      Decision{Limit: 0, ResetAfter: 2*time.Second + time.Microsecond},
+			checks: []respCheck{hasRateLimit("default-1s", 0, 3)},
+		},
+		{
+			name:  "t: negative reset is 0, negative remaining is 0",
+			style: HeadersIETF | HeadersXRateLimit, p: p3,
+			d: Decision{Limit: 1, Remaining: -5, ResetAfter: -time.Second},
+			checks: joinChecks(
+				[]respCheck{hasRateLimit("default-1m", 0, 0)},
+				hasLegacy("X-RateLimit-", 120, 0, 0),
+			),
+		},
+		{
+			name:  "extreme values stay valid sf-integers",
+			style: HeadersIETF | HeadersDraft06, p: p3,
+			d: Decision{Limit: 2, Remaining: math.MaxInt64, ResetAfter: math.MaxInt64},
+			checks: joinChecks(
+				[]respCheck{hasRateLimit("default-1h", 999_999_999_999_999, 9_223_372_037)},
+				hasLegacy("RateLimit-", 240, 999_999_999_999_999, 9_223_372_037),
+			),
+		},
+		{
+			name:  "zero Decision describes limit 0",
+			style: allHeaderStyles, p: p3,
+			checks: joinChecks(
+				[]respCheck{p3Policy, hasRateLimit("default-1s", 0, 0)},
+				hasLegacy("RateLimit-", 10, 0, 0),
+				hasLegacy("X-RateLimit-", 10, 0, 0),
+			),
+		},
+		{
+			name:  "replaces previous values",
+			style: allHeaderStyles, p: p3,
+			d: Decision{Allowed: true, Limit: 0, Remaining: 4, ResetAfter: time.Second},
+			before: http.Header{
+				"Ratelimit":         {`"old";r=1;t=1`, `"older";r=2;t=2`},
+				"Ratelimit-Policy":  {`"old";q=1;w=1`},
+				"X-Ratelimit-Reset": {"1700000000"},
+				"Retry-After":       {"7"},
+			},
+			checks: joinChecks(
+				[]respCheck{p3Policy, hasRateLimit("default-1s", 4, 1), hasHeader("Retry-After", "7")},
+				hasLegacy("X-RateLimit-", 10, 4, 1),
+			),
+		},
+		{
+			name:  "limit index past the end: policy only, stale values removed",
+			style: allHeaderStyles, p: p3,
+			d:      Decision{Limit: 3, Remaining: 1, ResetAfter: time.Second, Limits: []LimitStatus{{}}},
+			before: http.Header{"Ratelimit": {"stale"}, "X-Ratelimit-Limit": {"stale"}, "Content-Type": {"text/plain"}},
+			checks: []respCheck{hasOnlyHeaders("RateLimit-Policy", "Content-Type"), p3Policy},
+		},
+		{
+			name:  "negative limit index",
+			style: allHeaderStyles, p: p3,
+			d:      Decision{Limit: -1},
+			checks: []respCheck{hasOnlyHeaders("RateLimit-Policy"), p3Policy},
+		},
+		{
+			name:  "huge limit index",
+			style: HeadersIETF, p: p3,
+			d:      Decision{Limit: math.MaxInt},
+			checks: []respCheck{hasOnlyHeaders("RateLimit-Policy"), p3Policy},
+		},
+		{
+			name:  "nil policy writes nothing and removes stale values",
+			style: allHeaderStyles, p: nil,
+			d:      Decision{Allowed: true, Remaining: 3},
+			before: http.Header{"Ratelimit-Policy": {"stale"}, "Ratelimit-Reset": {"9"}, "Vary": {"Origin"}},
+			checks: []respCheck{hasOnlyHeaders("Vary")},
+		},
+		{
+			name:  "zero Policy value",
+			style: allHeaderStyles, p: &Policy{},
+			checks: []respCheck{hasOnlyHeaders()},
+		},
+		{
+			name:  "HeadersNone writes nothing",
+			style: HeadersNone, p: p3,
+			d:      Decision{Allowed: true, Remaining: 9},
+			before: http.Header{"Ratelimit": {"kept"}},
+			checks: []respCheck{hasOnlyHeaders("RateLimit"), hasHeader("RateLimit", "kept")},
+		},
+		{
+			name:  "unknown style bits are ignored",
+			style: 1 << 7, p: p3,
+			checks: []respCheck{hasOnlyHeaders()},
+		},
+		{
+			name:  "styles not selected are left alone",
+			style: HeadersDraft06, p: p3,
+			d:      Decision{Limit: 0, Remaining: 2, ResetAfter: time.Second},
+			before: http.Header{"Ratelimit": {`"other";r=1;t=1`}},
+			checks: joinChecks(
+				[]respCheck{hasHeader("RateLimit", `"other";r=1;t=1`)},
+				hasLegacy("RateLimit-", 10, 2, 1),
+			),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			for k, v := range tc.before {
+				rec.Header()[k] = append([]string(nil), v...)
+			}
+			SetHeaders(rec.Header(), tc.style, tc.p, tc.d)
+			rec.WriteHeader(http.StatusOK)
+			for _, check := range tc.checks {
+				check(t, rec)
+			}
+		})
+	}
+}
+
+func TestSetHeadersNilHeader(t *testing.T) {
+	SetHeaders(nil, allHeaderStyles, MustParsePolicy("1/s"), Decision{}) // must not panic
+	SetRetryAfter(nil, Decision{RetryAfter: time.Second})
+}
+
+// TestSetHeadersSharesNoSlices checks that the value slices handed to the
+// map cannot be appended into each other.
+func TestSetHeadersSharesNoSlices(t *testing.T) {
+	h := http.Header{}
+	SetHeaders(h, allHeaderStyles, MustParsePolicy("10/s, 120/m"), Decision{Remaining: 3, ResetAfter: time.Second})
+	h.Add("RateLimit-Policy", "x")
+	h.Add("RateLimit", "y")
+	if got := h.Values("RateLimit"); len(got) != 2 || !strings.HasPrefix(got[0], `"default-1s"`) {
+		t.Errorf("RateLimit = %q after appending to RateLimit-Policy", got)
+	}
+	if got := h.Get("RateLimit-Limit"); got != "10" {
+		t.Errorf("RateLimit-Limit = %q, want 10", got)
+	}
+}
+
+func TestHeaderSFStringEscapes(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"default-1s", "default-1s"},
+		{`a"b\c`, `a"b\c`},
+		{"tab\there\x7f\xff", "tab?here??"},
+		{"", ""},
+	} {
+		enc := string(appendSFString(nil, tc.in))
+		items, err := parseSFList(enc)
+		if err != nil || len(items) != 1 || items[0].Value != tc.want {
+			t.Errorf("appendSFString(%q) = %s, parses to %v (%v), want %q", tc.in, enc, items, err, tc.want)
+		}
+	}
+}
+
+func TestHeaderCeilSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{math.MinInt64, 0}, {-time.Second, 0}, {0, 0}, {1, 1}, {time.Second - 1, 1},
+		{time.Second, 1}, {time.Second + 1, 2}, {2 * time.Second, 2},
+		{2*time.Second + time.Microsecond, 3}, {math.MaxInt64, 9_223_372_037},
+	} {
+		if got := ceilSeconds(tc.d); got != tc.want {
+			t.Errorf("ceilSeconds(%d) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+}
+
+// FuzzSetHeaders checks that any decision and style give headers that parse
+// back, in canonical keys, without panicking.
+func FuzzSetHeaders(f *testing.F) {
+	f.Add(uint8(allHeaderStyles), 0, int64(0), int64(0), false)
+	f.Add(uint8(allHeaderStyles), 2, int64(-1), int64(-1), true)
+	f.Add(uint8(HeadersIETF), -3, int64(math.MaxInt64), int64(math.MaxInt64), false)
+	f.Add(uint8(0xff), 7, int64(math.MinInt64), int64(math.MinInt64), true)
+	policies := []*Policy{
+		MustParsePolicy("10/s, 120/m, 240/h"),
+		MustParsePolicy("5/250ms, 1000000000/366d", WithAlgorithm(TokenBucket), WithBurst(MaxRate)), // the largest numbers a policy allows
+		nil,
+	}
+	f.Fuzz(func(t *testing.T, style uint8, limit int, remaining, reset int64, tb bool) {
+		for _, p := range policies {
+			h := http.Header{}
+			d := Decision{Limit: limit, Remaining: remaining, ResetAfter: time.Duration(reset), RetryAfter: time.Duration(reset)}
+			SetHeaders(h, HeaderStyle(style), p, d)
+			SetRetryAfter(h, d)
+			for k, vals := range h {
+				if k != http.CanonicalHeaderKey(k) {
+					t.Errorf("key %q is not canonical", k)
+				}
+				if len(vals) != 1 {
+					t.Errorf("%s has %d values", k, len(vals))
+				}
+				if k == "Retry-After" {
+					if _, err := parseDelaySeconds(vals[0]); err != nil {
+						t.Error(err)
+					}
+					continue
+				}
+				if _, err := parseSFList(vals[0]); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// SetRetryAfter
+// ---------------------------------------------------------------------------
+
+func TestSetRetryAfter(t *testing.T) {
+	tests := []struct {
+		name   string
+		d      Decision
+		before string // a previous Retry-After, if any
+		checks []respCheck
+	}{
+		{"allowed: absent", Decision{Allowed: true}, "", []respCheck{hasNoHeader("Retry-After")}},
+		{"allowed: previous value kept", Decision{Allowed: true, RetryAfter: time.Second}, "120", []respCheck{hasHeader("Retry-After", "120")}},
+		{"never: absent", Decision{RetryAfter: Never}, "", []respCheck{hasNoHeader("Retry-After")}},
+		{"never: previous value kept", Decision{RetryAfter: Never}, "5", []respCheck{hasHeader("Retry-After", "5")}},
+		{"1ns is 1", Decision{RetryAfter: time.Nanosecond}, "", []respCheck{hasRetryAfter(1)}},
+		{"500ms is 1", Decision{RetryAfter: 500 * time.Millisecond}, "", []respCheck{hasRetryAfter(1)}},
+		{"exactly 2s is 2", Decision{RetryAfter: 2 * time.Second}, "", []respCheck{hasRetryAfter(2)}},
+		{"2.000001s is 3", Decision{RetryAfter: 2*time.Second + time.Microsecond}, "", []respCheck{hasRetryAfter(3)}},
+		{"an hour", Decision{RetryAfter: time.Hour}, "", []respCheck{hasRetryAfter(3600)}},
+		{"denied with 0 is at least 1", Decision{}, "", []respCheck{hasRetryAfter(1)}},
+		{"negative other than Never is at least 1", Decision{RetryAfter: -5 * time.Second}, "", []respCheck{hasRetryAfter(1)}},
+		{"largest duration", Decision{RetryAfter: math.MaxInt64}, "", []respCheck{hasRetryAfter(9_223_372_037)}},
+		{"replaces a previous value", Decision{RetryAfter: 3 * time.Second}, "60", []respCheck{hasRetryAfter(3)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			if tc.before != "" {
+				rec.Header().Set("Retry-After", tc.before)
+			}
+			SetRetryAfter(rec.Header(), tc.d)
+			rec.WriteHeader(http.StatusTooManyRequests)
+			for _, check := range tc.checks {
+				check(t, rec)
+			}
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Benchmark
+// ---------------------------------------------------------------------------
+
+func BenchmarkSetHeaders(b *testing.B) {
+	p := MustParsePolicy("10/s, 120/m, 240/h")
+	d := Decision{Allowed: true, Limit: 1, Remaining: 57, ResetAfter: 42 * time.Second}
+	for _, bc := range []struct {
+		name  string
+		style HeaderStyle
+	}{
+		{"ietf", HeadersIETF},
+		{"all", allHeaderStyles},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := http.Header{}
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				SetHeaders(h, bc.style, p, d)
+			}
+		})
+	}
+}
