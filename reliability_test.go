@@ -1,0 +1,709 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/faultproxy"
+	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	"github.com/ratelimitkit/ratelimit/store"
+)
+
+// These tests run the middleware against real redis-server processes that
+// die, stall, slow down or lose a cluster node, and check that every
+// request still gets an answer within its budget, in the configured
+// failure mode, and that limiting resumes by itself.
+//
+// Timing: the only time assertions are hang guards (a request answers
+// within its budget plus relHangSlack) and counts bounded by budgets (no
+// more circuit probes than cooldowns elapsed). Latencies are logged, never
+// compared with a speed.
+
+// relHangSlack is added to a request's budget (the store timeout, twice
+// with a fallback) before a request counts as hung: generous, for a busy
+// machine running -race.
+const relHangSlack = 900 * time.Millisecond
+
+var relLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+var relOK = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+
+// relGet is a GET / from the IPv4 address ip (ByIP's key is "ip:"+ip).
+func relGet(ip string, header ...string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = ip + ":40000"
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	return r
+}
+
+// relServe serves r on h and returns the response and how long it took.
+func relServe(h http.Handler, r *http.Request) (*httptest.ResponseRecorder, time.Duration) {
+	w := httptest.NewRecorder()
+	start := time.Now()
+	h.ServeHTTP(w, r)
+	return w, time.Since(start)
+}
+
+// relHasLimitHeaders reports whether the response carries the rate-limit
+// headers, which only a store's decision produces.
+func relHasLimitHeaders(w *httptest.ResponseRecorder) bool {
+	return w.Header().Get("RateLimit") != "" && w.Header().Get("RateLimit-Policy") != ""
+}
+
+// relNoLimitHeaders reports whether no rate-limit header of any style, nor
+// Retry-After, is present.
+func relNoLimitHeaders(w *httptest.ResponseRecorder) bool {
+	for k := range w.Header() {
+		if strings.Contains(strings.ToLower(k), "ratelimit") || k == "Retry-After" {
+			return false
+		}
+	}
+	return true
+}
+
+// relErrCounter counts store errors seen by the error hook: those of a
+// skipped store (circuit open) apart.
+type relErrCounter struct {
+	skipped atomic.Int64 // ErrCircuitOpen: the store was not asked
+	failed  atomic.Int64 // the store (or fallback) was asked and failed
+}
+
+func (c *relErrCounter) hook(_ *http.Request, err error) {
+	if errors.Is(err, ratelimit.ErrCircuitOpen) {
+		c.skipped.Add(1)
+	} else {
+		c.failed.Add(1)
+	}
+}
+
+func (c *relErrCounter) total() int64 { return c.skipped.Load() + c.failed.Load() }
+
+// relPercentile returns the q-quantile (0..1) of ds, nearest rank.
+func relPercentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// relWaitGoroutines polls, for at most 5s, until the number of goroutines
+// is at most want, and returns the last count.
+func relWaitGoroutines(want int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// relViolations collects the first few violations seen by load goroutines,
+// which must not call t.Fatal, and counts them all.
+type relViolations struct {
+	mu    sync.Mutex
+	n     int
+	first []string
+}
+
+func (v *relViolations) add(format string, args ...any) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.n++
+	if len(v.first) < 10 {
+		v.first = append(v.first, fmt.Sprintf(format, args...))
+	}
+}
+
+func (v *relViolations) report(t *testing.T, what string) {
+	t.Helper()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.n > 0 {
+		t.Errorf("%d %s, the first ones:\n  %s", v.n, what, strings.Join(v.first, "\n  "))
+	}
+}
+
+// Phases of a load run. A request is judged by the phase in which it
+// started and ended; one that spans a change is only hang-guarded.
+const (
+	relHealthy int32 = iota
+	relKilling
+	relOutage
+)
+
+// relMode is a failure configuration and what a request answered during
+// an outage must look like under it.
+type relMode struct {
+	name         string
+	opts         func() []ratelimit.Option
+	budget       time.Duration // timeout, or twice it with a fallback
+	duringOutage func(w *httptest.ResponseRecorder) string
+}
+
+func relModes(timeout time.Duration) []relMode {
+	return []relMode{
+		{
+			name:   "fail-open",
+			opts:   func() []ratelimit.Option { return []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailOpen)} },
+			budget: timeout,
+			duringOutage: func(w *httptest.ResponseRecorder) string {
+				if w.Code != http.StatusOK || !relNoLimitHeaders(w) {
+					return fmt.Sprintf("status %d, headers %v; want 200 without rate-limit headers", w.Code, w.Header())
+				}
+				return ""
+			},
+		},
+		{
+			name:   "fail-closed",
+			opts:   func() []ratelimit.Option { return []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailClosed)} },
+			budget: timeout,
+			duringOutage: func(w *httptest.ResponseRecorder) string {
+				if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || relHasLimitHeaders(w) {
+					return fmt.Sprintf("status %d, headers %v; want 503 with Retry-After: 1 and no rate-limit headers", w.Code, w.Header())
+				}
+				return ""
+			},
+		},
+		{
+			name: "fallback",
+			opts: func() []ratelimit.Option {
+				return []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailClosed), ratelimit.WithFallback(store.NewMemory())}
+			},
+			budget: 2 * timeout,
+			duringOutage: func(w *httptest.ResponseRecorder) string {
+				if (w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests) || !relHasLimitHeaders(w) {
+					return fmt.Sprintf("status %d, headers %v; want 200 or 429 with rate-limit headers (the fallback decides)", w.Code, w.Header())
+				}
+				return ""
+			},
+		},
+	}
+}
+
+// TestRealRedisDiesUnderLoad kills redis-server while 16 clients hammer
+// the middleware, for each failure mode and for go-redis clients with and
+// without ContextTimeoutEnabled. During the outage every request answers
+// within the budget, as its mode says; after a restart (empty data, empty
+// script cache) limiting resumes by itself; no goroutine is left behind.
+func TestRealRedisDiesUnderLoad(t *testing.T) {
+	const (
+		timeout  = 50 * time.Millisecond
+		loaders  = 16
+		healthy  = 250 * time.Millisecond  // load before the kill
+		outage   = 1200 * time.Millisecond // load after the kill: longer than a cooldown, so a probe runs
+		maxIters = 50_000                  // per load goroutine
+	)
+	clients := []struct {
+		name       string
+		ctxTimeout bool
+	}{
+		{"ctx-timeout", true},     // the deadline reaches the socket
+		{"no-ctx-timeout", false}, // the store returns at the deadline itself
+	}
+	for _, c := range clients {
+		for _, mode := range relModes(timeout) {
+			t.Run(c.name+"/"+mode.name, func(t *testing.T) {
+				srv := redistest.StartServer(t)
+				base := runtime.NumGoroutine()
+				client := redis.NewClient(&redis.Options{
+					Addr:                  srv.Addr,
+					ContextTimeoutEnabled: c.ctxTimeout,
+					DialTimeout:           100 * time.Millisecond,
+				})
+				closeClient := sync.OnceFunc(func() { _ = client.Close() })
+				t.Cleanup(closeClient)
+				load := ratelimit.MustParsePolicy("20/s, 600/m", ratelimit.Named("load"))
+				strict := ratelimit.MustParsePolicy("3/h", ratelimit.Named("strict"))
+				var errs relErrCounter
+				opts := append(mode.opts(),
+					ratelimit.WithPolicyFunc(func(r *http.Request) *ratelimit.Policy {
+						if r.Header.Get("X-Strict") != "" {
+							return strict
+						}
+						return nil
+					}))
+				lim := relLimiter(t, client, load, timeout, &errs, opts...)
+				h := lim.Handler(relOK)
+				guard := mode.budget + relHangSlack
+
+				var (
+					phase      atomic.Int32
+					stop       = make(chan struct{})
+					wg         sync.WaitGroup
+					bad        relViolations
+					mu         sync.Mutex
+					outageLats []time.Duration
+					upDecided  atomic.Int64 // healthy phase: decided by a store (headers)
+					upFailed   atomic.Int64 // healthy phase: failure mode
+					served     atomic.Int64
+					outCodes   sync.Map // status → *atomic.Int64, during the outage
+				)
+				stopLoad := sync.OnceFunc(func() { close(stop) })
+				defer wg.Wait() // if the test ends early, after stopLoad
+				defer stopLoad()
+				for g := range loaders {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						defer func() {
+							if p := recover(); p != nil {
+								bad.add("loader %d panicked: %v", g, p)
+							}
+						}()
+						ip := fmt.Sprintf("10.0.%d.%d", g/200, g%200+1)
+						var lats []time.Duration
+						defer func() {
+							mu.Lock()
+							outageLats = append(outageLats, lats...)
+							mu.Unlock()
+						}()
+						for range maxIters {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							before := phase.Load()
+							w, took := relServe(h, relGet(ip))
+							after := phase.Load()
+							served.Add(1)
+							if took > guard {
+								bad.add("loader %d: request took %v, over the guard %v (phase %d→%d, status %d)", g, took, guard, before, after, w.Code)
+							}
+							switch {
+							case before != after:
+								// spans the kill: only hang-guarded
+							case before == relHealthy:
+								if relHasLimitHeaders(w) && (w.Code == http.StatusOK || w.Code == http.StatusTooManyRequests) {
+									upDecided.Add(1)
+								} else {
+									upFailed.Add(1)
+								}
+							case before == relOutage:
+								lats = append(lats, took)
+								n, _ := outCodes.LoadOrStore(w.Code, new(atomic.Int64))
+								n.(*atomic.Int64).Add(1)
+								if msg := mode.duringOutage(w); msg != "" {
+									bad.add("loader %d during the outage: %s", g, msg)
+								}
+							}
+							time.Sleep(time.Millisecond) // many clients, each about 1000 requests/s at most
+						}
+					}()
+				}
+
+				time.Sleep(healthy)
+				phase.Store(relKilling)
+				srv.Kill(t)
+				errsAtKill := errs.total()
+				skipsAtKill := errs.skipped.Load()
+				phase.Store(relOutage)
+				time.Sleep(outage)
+				stopLoad()
+				waited := make(chan struct{})
+				go func() { wg.Wait(); close(waited) }()
+				select {
+				case <-waited:
+				case <-time.After(guard + 5*time.Second):
+					t.Fatal("load goroutines still running 5s after stop: a request hangs")
+				}
+				bad.report(t, "violations under load")
+
+				mu.Lock()
+				lats := slices.Clone(outageLats)
+				mu.Unlock()
+				skipped := errs.skipped.Load() - skipsAtKill
+				failed := errs.total() - errsAtKill - skipped
+				t.Logf("%d requests by %d clients; healthy phase: %d decided by Redis, %d in failure mode",
+					served.Load(), loaders, upDecided.Load(), upFailed.Load())
+				var byCode []string
+				outCodes.Range(func(k, v any) bool {
+					byCode = append(byCode, fmt.Sprintf("%d×%d", v.(*atomic.Int64).Load(), k))
+					return true
+				})
+				slices.Sort(byCode)
+				t.Logf("outage (%v, timeout %v): %d requests (%s), latency p50 %v, p99 %v, max %v; store calls failed after the kill %d, skipped by the open circuit %d",
+					outage, timeout, len(lats), strings.Join(byCode, " "), relPercentile(lats, 0.5), relPercentile(lats, 0.99), relPercentile(lats, 1), failed, skipped)
+				if len(lats) == 0 {
+					t.Fatal("no request was served during the outage")
+				}
+				if upDecided.Load() == 0 {
+					t.Error("no request was decided by Redis before the kill")
+				}
+				if skipped == 0 {
+					t.Error("the circuit never opened during the outage: every request waited on the dead store")
+				}
+
+				// Restart: an empty Redis, without the scripts. Limiting must
+				// resume by itself: the circuit's probe finds the store again
+				// and the script is loaded again after NOSCRIPT.
+				srv.Restart(t)
+				restarted := time.Now()
+				resumed := time.Duration(-1)
+				for i := 0; i < 1000 && time.Since(restarted) < 5*time.Second; i++ {
+					before := errs.total()
+					w, took := relServe(h, relGet("10.9.9.9"))
+					if took > guard {
+						t.Errorf("after the restart: a request took %v, over the guard %v", took, guard)
+					}
+					if relHasLimitHeaders(w) && errs.total() == before {
+						resumed = time.Since(restarted)
+						break
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				if resumed < 0 {
+					t.Fatalf("limiting by Redis did not resume within 5s of the restart (errors so far %d)", errs.total())
+				}
+				t.Logf("after the restart, Redis decides again after %v (circuit cooldown %v)", resumed, ratelimit.DefaultCircuitCooldown)
+
+				var codes []int
+				before := errs.total()
+				for range 4 {
+					w, _ := relServe(h, relGet("10.8.8.8", "X-Strict", "1"))
+					if !relHasLimitHeaders(w) {
+						t.Errorf("after the restart: status %d without rate-limit headers", w.Code)
+					}
+					codes = append(codes, w.Code)
+				}
+				if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) || errs.total() != before {
+					t.Errorf("fresh identity on 3/h after the restart: %v with %d store errors, want %v with none", codes, errs.total()-before, want)
+				}
+				admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+				ctx := context.Background()
+				key := "rl:{ip:10.8.8.8}:" + strict.ID()
+				if n, err := admin.Exists(ctx, key).Result(); err != nil || n != 1 {
+					t.Errorf("EXISTS %s = %d, %v: the counts are not in the restarted Redis", key, n, err)
+				}
+				if stats, err := admin.Info(ctx, "commandstats").Result(); err != nil || !strings.Contains(stats, "cmdstat_eval:") {
+					t.Errorf("the restarted Redis never ran EVAL (script reloaded after NOSCRIPT): %v\n%s", err, stats)
+				}
+				_ = admin.Close()
+
+				closeClient()
+				if n := relWaitGoroutines(base + 3); n > base+3 {
+					buf := make([]byte, 1<<16)
+					t.Errorf("%d goroutines after the run, %d before: leak?\n%s", n, base, buf[:runtime.Stack(buf, true)])
+				} else {
+					t.Logf("goroutines: %d before the client, %d after closing it", base, n)
+				}
+			})
+		}
+	}
+}
+
+// TestRealSlowRedis puts a proxy between go-redis and redis-server:
+// (a) latency under the timeout limits normally; (b) a stalled Redis
+// costs each request at most the timeout, and once the circuit opens,
+// nothing; (c) when the stall ends, limiting resumes after about one
+// cooldown; (d) dropped connections are replaced without losing limiting.
+func TestRealSlowRedis(t *testing.T) {
+	const (
+		timeout  = 50 * time.Millisecond
+		failures = 5
+		cooldown = 200 * time.Millisecond
+	)
+	srv := redistest.StartServer(t)
+	px := faultproxy.New(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{
+		Addr:                  px.Addr(),
+		ContextTimeoutEnabled: true,
+		DialTimeout:           100 * time.Millisecond,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	p := ratelimit.MustParsePolicy("3/h", ratelimit.Named("slow"))
+	var errs relErrCounter
+	lim := relLimiter(t, client, p, timeout, &errs,
+		ratelimit.WithCircuitBreaker(failures, cooldown), ratelimit.WithFailureMode(ratelimit.FailClosed))
+	h := lim.Handler(relOK)
+	guard := timeout + relHangSlack
+	serve := func(ip string) (*httptest.ResponseRecorder, time.Duration) {
+		t.Helper()
+		w, took := relServe(h, relGet(ip))
+		if took > guard {
+			t.Errorf("request from %s took %v, over the guard %v", ip, took, guard)
+		}
+		return w, took
+	}
+
+	// Warm up without latency: a connection in the pool, the script loaded.
+	if w, _ := serve("10.1.0.1"); w.Code != http.StatusOK || !relHasLimitHeaders(w) {
+		t.Fatalf("warm-up: status %d, headers %v", w.Code, w.Header())
+	}
+
+	t.Run("latency under the timeout", func(t *testing.T) {
+		const latency = 5 * time.Millisecond
+		px.SetLatency(latency)
+		defer px.SetLatency(0)
+		before := errs.total()
+		var lats []time.Duration
+		for i := range 3 {
+			ip := fmt.Sprintf("10.1.1.%d", i+1)
+			var codes []int
+			for range 4 {
+				w, took := serve(ip)
+				lats = append(lats, took)
+				if !relHasLimitHeaders(w) {
+					t.Errorf("%s: status %d without rate-limit headers", ip, w.Code)
+				}
+				codes = append(codes, w.Code)
+			}
+			if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
+				t.Errorf("%s on 3/h: %v, want %v", ip, codes, want)
+			}
+		}
+		t.Logf("proxy latency %v each way, timeout %v: request latency p50 %v, max %v; store errors %d",
+			latency, timeout, relPercentile(lats, 0.5), relPercentile(lats, 1), errs.total()-before)
+		if n := errs.total() - before; n != 0 {
+			t.Errorf("%d store errors with a latency well under the timeout", n)
+		}
+	})
+
+	var lastFailure time.Time // when the last store call of the stall failed
+	t.Run("stall", func(t *testing.T) {
+		px.Stall(true)
+		type outcome struct {
+			took    time.Duration
+			skipped bool // the circuit was open: the store was not asked
+			at      time.Time
+		}
+		var outs []outcome
+		start := time.Now()
+		// Until two probes have failed, ending right after one, so that
+		// the recovery below starts a whole cooldown before the next probe.
+		// Bounded: 600 requests or 3s.
+		probesSeen := 0
+		for i := 0; i < 600 && time.Since(start) < 3*time.Second && probesSeen < 2; i++ {
+			skips, fails := errs.skipped.Load(), errs.failed.Load()
+			at := time.Now()
+			w, took := serve(fmt.Sprintf("10.1.2.%d", i%250+1))
+			if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || relHasLimitHeaders(w) {
+				t.Errorf("request %d during the stall: status %d, headers %v; want 503, Retry-After: 1", i, w.Code, w.Header())
+			}
+			ds, df := errs.skipped.Load()-skips, errs.failed.Load()-fails
+			if ds+df != 1 {
+				t.Fatalf("request %d: %d skipped and %d failed store calls, want exactly one of them", i, ds, df)
+			}
+			outs = append(outs, outcome{took: took, skipped: ds == 1, at: at})
+			if df == 1 && i >= failures { // a probe of the open circuit, which failed
+				probesSeen++
+				lastFailure = time.Now()
+				continue
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		opened := slices.IndexFunc(outs, func(o outcome) bool { return o.skipped })
+		if opened < 0 {
+			t.Fatalf("the circuit never opened in %d stalled requests", len(outs))
+		}
+		var beforeOpen, skipped, probes []time.Duration
+		for i, o := range outs {
+			switch {
+			case i < opened:
+				beforeOpen = append(beforeOpen, o.took)
+			case o.skipped:
+				skipped = append(skipped, o.took)
+			default:
+				probes = append(probes, o.took)
+			}
+		}
+		openFor := time.Since(outs[opened].at)
+		t.Logf("stalled Redis: the circuit opened after %d requests (threshold %d); median latency %v before it opened, %v after (%d requests skipped the store)",
+			opened, failures, relPercentile(beforeOpen, 0.5), relPercentile(skipped, 0.5), len(skipped))
+		t.Logf("while open for %v: %d probes (cooldown %v), median %v", openFor, len(probes), cooldown, relPercentile(probes, 0.5))
+		if opened != failures {
+			t.Errorf("the circuit opened after %d failed requests, want %d", opened, failures)
+		}
+		// Each probe waits for a whole cooldown after the previous failure.
+		if maxProbes := int(openFor/cooldown) + 1; len(probes) > maxProbes {
+			t.Errorf("%d probes in %v, want at most one per cooldown of %v (%d)", len(probes), openFor, cooldown, maxProbes)
+		}
+		if len(skipped) == 0 {
+			t.Error("no request skipped the store while the circuit was open")
+		}
+	})
+
+	t.Run("recovery", func(t *testing.T) {
+		px.Stall(false)
+		unstalled := time.Now()
+		resumed := time.Duration(-1)
+		i := 0
+		for ; i < 1000 && time.Since(unstalled) < 5*time.Second; i++ {
+			w, _ := serve(fmt.Sprintf("10.1.3.%d", i%250+1))
+			if relHasLimitHeaders(w) {
+				resumed = time.Since(unstalled)
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if resumed < 0 {
+			t.Fatalf("limiting did not resume within 5s of the end of the stall (%d requests)", i+1)
+		}
+		t.Logf("stall ended right after a failed probe: Redis decides again %v later, %v after that failure, in %d requests (cooldown %v, timeout %v)",
+			resumed, unstalled.Add(resumed).Sub(lastFailure), i+1, cooldown, timeout)
+		// The circuit waits at most one cooldown, then one probe answers.
+		if limit := cooldown + timeout + relHangSlack; resumed > limit {
+			t.Errorf("limiting resumed after %v, want within a cooldown plus a probe (%v, slack included)", resumed, limit)
+		}
+		var codes []int
+		for range 4 {
+			w, _ := serve("10.1.4.1")
+			codes = append(codes, w.Code)
+		}
+		if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
+			t.Errorf("after recovery, 3/h: %v, want %v", codes, want)
+		}
+	})
+
+	t.Run("dropped connections", func(t *testing.T) {
+		before := errs.total()
+		px.Drop()
+		var codes []int
+		var lats []time.Duration
+		for range 4 {
+			w, took := serve("10.1.5.1")
+			codes = append(codes, w.Code)
+			lats = append(lats, took)
+		}
+		t.Logf("after dropping %d connections: statuses %v, latencies %v, store errors %d", px.Dropped(), codes, lats, errs.total()-before)
+		if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
+			t.Errorf("after a connection reset, 3/h: %v, want %v (go-redis reconnects)", codes, want)
+		}
+	})
+}
+
+// TestClusterNodeLoss kills one master of a 3-master Redis Cluster. An
+// identity whose key lives on the dead master gets the failure mode within
+// the budget; an identity on a live master keeps being limited by Redis,
+// as before.
+func TestClusterNodeLoss(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	cl := redistest.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 cl.Addrs,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           100 * time.Millisecond,
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	p := ratelimit.MustParsePolicy("3/h", ratelimit.Named("nodeloss"))
+	var errs relErrCounter
+	lim := relLimiter(t, cc, p, timeout, &errs, ratelimit.WithFailureMode(ratelimit.FailClosed))
+	h := lim.Handler(relOK)
+	guard := timeout + relHangSlack
+
+	// The key the store builds: prefix, the identifier as the hash tag (only
+	// [A-Za-z0-9.:], so nothing is escaped), the policy's ID.
+	keyOf := func(ip string) string { return "rl:{ip:" + ip + "}:" + p.ID() }
+	ipOn := map[int]string{}
+	for i := 0; i < 4096 && (ipOn[0] == "" || ipOn[1] == ""); i++ {
+		ip := fmt.Sprintf("10.20.%d.%d", i/250, i%250+1)
+		if n := cl.NodeForKey(keyOf(ip)); ipOn[n] == "" {
+			ipOn[n] = ip
+		}
+	}
+	if ipOn[0] == "" || ipOn[1] == "" {
+		t.Fatalf("no identity found on masters 0 and 1: %v", ipOn)
+	}
+	dead, alive := ipOn[0], ipOn[1]
+
+	for _, ip := range []string{dead, alive} {
+		var codes []int
+		for range 4 {
+			w, _ := relServe(h, relGet(ip))
+			codes = append(codes, w.Code)
+		}
+		if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
+			t.Fatalf("%s on 3/h before the kill: %v, want %v", ip, codes, want)
+		}
+	}
+	// The keys are where NodeForKey says: the test's key matches the store's.
+	for node, ip := range map[int]string{0: dead, 1: alive} {
+		c := redis.NewClient(&redis.Options{Addr: cl.Addrs[node]})
+		n, err := c.Exists(context.Background(), keyOf(ip)).Result()
+		_ = c.Close()
+		if err != nil || n != 1 {
+			t.Fatalf("EXISTS %s on master %d = %d, %v; want 1", keyOf(ip), node, n, err)
+		}
+	}
+	t.Logf("identity %s lives on master 0 (%s), %s on master 1 (%s)", dead, cl.Addrs[0], alive, cl.Addrs[1])
+
+	cl.Kill(t, 0)
+
+	check := func(t *testing.T, rounds, deadBurst int) {
+		var deadLats, aliveLats []time.Duration
+		for r := 0; r < rounds; r++ {
+			for range deadBurst {
+				w, took := relServe(h, relGet(dead))
+				deadLats = append(deadLats, took)
+				if w.Code != http.StatusServiceUnavailable || relHasLimitHeaders(w) {
+					t.Errorf("identity on the dead master: status %d, headers %v; want 503 (fail closed)", w.Code, w.Header())
+				}
+				if took > guard {
+					t.Errorf("identity on the dead master answered after %v, over the guard %v", took, guard)
+				}
+			}
+			skips := errs.skipped.Load()
+			w, took := relServe(h, relGet(alive))
+			aliveLats = append(aliveLats, took)
+			if w.Code != http.StatusTooManyRequests || !relHasLimitHeaders(w) {
+				why := ""
+				if errs.skipped.Load() > skips {
+					why = " (ErrCircuitOpen: the Limiter's one circuit breaker, opened by the dead master's failures, skipped the store for every identity)"
+				}
+				t.Errorf("round %d: identity on the live master: status %d%s; want 429 with rate-limit headers: another master's failure must not affect it",
+					r, w.Code, why)
+			}
+			if took > guard {
+				t.Errorf("identity on the live master answered after %v, over the guard %v", took, guard)
+			}
+		}
+		t.Logf("dead master's identity: %d requests, latency p50 %v, max %v; live master's identity: %d requests, p50 %v, max %v; store errors %d, circuit skips %d so far",
+			len(deadLats), relPercentile(deadLats, 0.5), relPercentile(deadLats, 1),
+			len(aliveLats), relPercentile(aliveLats, 0.5), relPercentile(aliveLats, 1), errs.failed.Load(), errs.skipped.Load())
+	}
+	// Alternating: the dead master's failures never come
+	// DefaultCircuitFailures in a row, so the circuit stays closed.
+	t.Run("alternating", func(t *testing.T) { check(t, 8, 1) })
+	// A client retrying its 503s: more failures in a row than the circuit
+	// breaker's threshold, all for the dead master's slots.
+	t.Run("burst on the dead master", func(t *testing.T) { check(t, 3, ratelimit.DefaultCircuitFailures+1) })
+}
+
+// relLimiter returns a Limiter of p on a Redis store over client, with the
+// given timeout, its store errors counted in errs and logged to relLogger,
+// and opts on top.
+func relLimiter(t *testing.T, client redis.UniversalClient, p *ratelimit.Policy, timeout time.Duration, errs *relErrCounter, opts ...ratelimit.Option) *ratelimit.Limiter {
+	t.Helper()
+	st, err := store.NewRedis(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := []ratelimit.Option{ratelimit.WithTimeout(timeout), ratelimit.WithLogger(relLogger), ratelimit.WithErrorHook(errs.hook)}
+	lim, err := ratelimit.New(st, p, append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
