@@ -1,0 +1,590 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/httprate"
+	httprateredis "github.com/go-chi/httprate-redis"
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/throttled/throttled/v2"
+	goredisstore "github.com/throttled/throttled/v2/store/goredisstore.v9"
+	"github.com/ulule/limiter/v3"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
+)
+
+// limitSpec is one limit of a scenario: rate per period.
+type limitSpec struct {
+	rate   int64
+	period time.Duration
+}
+
+func (l limitSpec) suffix() string { return ratelimit.FormatPeriod(l.period) }
+
+// scenario is one table: the limits every request is checked against, and
+// who sends the requests.
+type scenario struct {
+	id, title string
+	limits    []limitSpec
+	twoIDs    bool // each request is limited by client IP and by user
+	flood     bool // one identity, already denied before measuring
+	memory    bool // in-process stores only: no Redis involved
+}
+
+// sectionIDs are the values -sections accepts, in report order.
+var sectionIDs = []string{"a", "b", "c", "d", "memory"}
+
+func allScenarios(scale int64) []*scenario {
+	sc := strconv.FormatInt(scale, 10)
+	return []*scenario{
+		{id: "a", title: "one limit, 10/s ×" + sc, limits: []limitSpec{{10 * scale, time.Second}}},
+		{id: "b", title: "three limits, 10/s + 120/m + 240/h ×" + sc, limits: threeLimits(scale)},
+		{id: "c", title: "three limits × two identities (client IP and user), ×" + sc, limits: threeLimits(scale), twoIDs: true},
+		{id: "d", title: "flood from one identity that is already denied, 10/s + 120/m + 240/h (not scaled)", limits: threeLimits(1), flood: true},
+		{id: "memory", title: "memory store, no Redis: one limit 10/s ×" + strconv.Itoa(memoryScale) + ", and the three-limit policy ×" + strconv.Itoa(memoryScale),
+			limits: []limitSpec{{10 * memoryScale, time.Second}}, memory: true},
+	}
+}
+
+// memoryScale multiplies the rates of the memory section instead of
+// -scale: sethvargo/go-limiter's memory store refills interval÷tokens
+// tokens per tick (nanoseconds per token, used as a count), so above about
+// 31,623 tokens per second a bucket refills only in part and starts
+// denying. 10/s ×2000 = 20,000/s per identity stays below that and above
+// what 1000 identities receive here (a few thousand per second each).
+const memoryScale = 2000
+
+// threeLimits is the three-limit policy of scenario b, ×scale.
+func threeLimits(scale int64) []limitSpec {
+	return []limitSpec{{10 * scale, time.Second}, {120 * scale, time.Minute}, {240 * scale, time.Hour}}
+}
+
+// identities are the callers of a scenario, prepared before measuring so
+// that no formatting is timed.
+type identities struct {
+	keys [][]string      // per identity: "ip:…" (and "user:…")
+	reqs []*http.Request // per identity, read-only: RemoteAddr and X-User set
+	perL [][]string      // per identity: one key per (key, limit), for the peers
+}
+
+func newIdentities(n int, sc *scenario, prefix string) *identities {
+	ids := &identities{keys: make([][]string, n), reqs: make([]*http.Request, n), perL: make([][]string, n)}
+	for i := 0; i < n; i++ {
+		ip := net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)).String()
+		user := "u" + strconv.Itoa(i)
+		keys := []string{"ip:" + ip}
+		if sc.twoIDs {
+			keys = append(keys, "user:"+user)
+		}
+		ids.keys[i] = keys
+		r := httptest.NewRequest(http.MethodGet, "/api/items", nil)
+		r.RemoteAddr = ip + ":40000"
+		r.Header.Set("X-User", user)
+		ids.reqs[i] = r
+		for _, k := range keys {
+			for _, l := range sc.limits {
+				ids.perL[i] = append(ids.perL[i], prefix+k+":"+l.suffix())
+			}
+		}
+	}
+	return ids
+}
+
+// env is what a subject is built from for one cell.
+type env struct {
+	sc        *scenario
+	ids       *identities
+	prefix    string // unique per cell
+	addr      string
+	conc      int
+	newClient func(poolSize int) *redis.Client
+	httprate  *httprateCounters
+}
+
+// instance is a subject ready to run: its op, and what to release after.
+type instance struct {
+	op    opFunc
+	close func()
+	// hookErrs reports errors the op could not return itself (our
+	// Limiter fails open; its error hook counts them).
+	hookErrs func() (int64, string)
+	// storeCalls, when set, counts the calls that reached the Redis store
+	// behind a deny cache (cache misses).
+	storeCalls *atomic.Int64
+}
+
+type subject struct {
+	name   string
+	family string // "ours", "peer" or "floor"
+	note   string
+	// scripted: every command but EVAL/EVALSHA runs inside the script,
+	// so the script's own time (Lua and call glue) can be told apart.
+	scripted bool
+	// ownClient: the peer builds its own go-redis client, so round trips
+	// are counted from INFO commandstats instead of a client hook.
+	ownClient bool
+	// base is the name of our plain row (same API and algorithm) that a
+	// batched or deny-cache row is compared with; "" for the others.
+	base string
+	// baseline: always run, whatever -only says (other rows' ratios
+	// divide by it).
+	baseline bool
+	build    func(e *env) (*instance, error)
+}
+
+var algorithms = []ratelimit.Algorithm{ratelimit.SlidingWindow, ratelimit.TokenBucket, ratelimit.FixedWindow}
+
+// variant is how our Redis store is wrapped in a row.
+type variant struct {
+	batch     int  // store.WithBatching(batch); 0: off
+	denyCache bool // store.NewDenyCache in front
+}
+
+func (v variant) suffix(batches []int) string {
+	switch {
+	case v.denyCache:
+		return ", deny cache"
+	case v.batch > 0 && len(batches) > 1:
+		return ", batched " + strconv.Itoa(v.batch)
+	case v.batch > 0:
+		return ", batched"
+	}
+	return ""
+}
+
+func (v variant) note(api string) string {
+	switch {
+	case v.denyCache:
+		return api + " on store.NewDenyCache(store.NewRedis(client)): denials answered in process while they hold"
+	case v.batch > 0:
+		return api + " on store.NewRedis(client, store.WithBatching(" + strconv.Itoa(v.batch) + ")): concurrent Takes share pipelines"
+	}
+	return api
+}
+
+// subjects returns the rows of one section. batches are the
+// store.WithBatching values of the batched rows (scenarios a–c).
+func subjects(sc *scenario, batches []int) []subject {
+	if sc.memory {
+		return memorySubjects()
+	}
+	var variants []variant
+	if sc.flood {
+		variants = []variant{{denyCache: true}}
+	} else {
+		for _, n := range batches {
+			variants = append(variants, variant{batch: n})
+		}
+	}
+	s := []subject{}
+	for _, api := range []string{"Take", "Handler"} {
+		for _, v := range append([]variant{{}}, variants...) {
+			for _, alg := range algorithms {
+				plain := "ours " + api + ", " + alg.String()
+				sub := subject{name: plain + v.suffix(batches), family: "ours", scripted: true}
+				if v != (variant{}) {
+					sub.base = plain
+				}
+				if api == "Take" {
+					sub.note = v.note("store.Redis.Take: one EVALSHA per request for all limits and keys")
+					sub.build = func(e *env) (*instance, error) { return buildOursTake(e, alg, v) }
+				} else {
+					sub.note = v.note("Limiter.Handler(next).ServeHTTP in process: identify, Take, headers")
+					sub.build = func(e *env) (*instance, error) { return buildOursHandler(e, alg, v) }
+				}
+				s = append(s, sub)
+			}
+		}
+	}
+	s = append(s,
+		subject{name: redisRateName, family: "peer", note: "GCRA, one EVALSHA per limit", scripted: true, baseline: true, build: buildRedisRate},
+		subject{name: "ulule/limiter v3", family: "peer", note: "fixed window, one EVALSHA per limit (charges denied requests too)", scripted: true, build: buildUlule},
+		subject{name: "throttled v2", family: "peer", note: "GCRA, pipeline TIME+GET then EVAL (CAS) per limit", build: buildThrottled},
+		subject{name: "go-chi/httprate-redis", family: "peer", note: "sliding-window counter, MGET then MULTI INCRBY EXPIRE EXEC per limit, under a per-limiter mutex", ownClient: true, build: buildHTTPRate},
+		subject{name: "floor: PING", family: "floor", note: "one PING per request", build: buildPing},
+		subject{name: "floor: EVALSHA return 1", family: "floor", note: "one EVALSHA of `return 1` per request", scripted: true, build: buildEvalFloor},
+	)
+	return s
+}
+
+func (e *env) policy(alg ratelimit.Algorithm) (*ratelimit.Policy, error) {
+	return policyOf(alg, e.sc.limits)
+}
+
+func policyOf(alg ratelimit.Algorithm, specs []limitSpec) (*ratelimit.Policy, error) {
+	limits := make([]ratelimit.Limit, len(specs))
+	for i, l := range specs {
+		limits[i] = ratelimit.Limit{Rate: l.rate, Period: l.period}
+	}
+	return ratelimit.NewPolicy("bench", alg, limits...)
+}
+
+// minBatchPool is the least pool size of a batched row's client.
+const minBatchPool = 64
+
+// ourStore builds our Redis store for one cell, wrapped as v says, on a
+// client of its own.
+func ourStore(e *env, v variant) (ratelimit.Store, *redis.Client, *atomic.Int64, error) {
+	pool := e.conc
+	opts := []store.RedisOption{store.WithPrefix(e.prefix)}
+	if v.batch > 0 {
+		pool = max(pool, minBatchPool)
+		opts = append(opts, store.WithBatching(v.batch))
+	}
+	c := e.newClient(pool)
+	rs, err := store.NewRedis(c, opts...)
+	if err != nil {
+		c.Close()
+		return nil, nil, nil, err
+	}
+	if !v.denyCache {
+		return rs, c, nil, nil
+	}
+	calls := new(atomic.Int64)
+	return store.NewDenyCache(countingStore{rs, calls}), c, calls, nil
+}
+
+// countingStore counts the calls that reach inner: behind a deny cache,
+// its misses.
+type countingStore struct {
+	inner ratelimit.Store
+	n     *atomic.Int64
+}
+
+func (s countingStore) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	s.n.Add(1)
+	return s.inner.Take(ctx, req)
+}
+
+func buildOursTake(e *env, alg ratelimit.Algorithm, v variant) (*instance, error) {
+	pol, err := e.policy(alg)
+	if err != nil {
+		return nil, err
+	}
+	st, c, calls, err := ourStore(e, v)
+	if err != nil {
+		return nil, err
+	}
+	keys := e.ids.keys
+	return &instance{
+		op: func(ctx context.Context, id int) (bool, error) {
+			d, err := st.Take(ctx, ratelimit.Request{Policy: pol, Keys: keys[id], Cost: 1})
+			return !d.Allowed, err
+		},
+		close:      func() { c.Close() },
+		storeCalls: calls,
+	}, nil
+}
+
+// discardRW is the ResponseWriter of the in-process HTTP calls: it keeps
+// the header map and the status, nothing else.
+type discardRW struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardRW) Header() http.Header { return w.h }
+func (w *discardRW) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return len(p), nil
+}
+func (w *discardRW) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+// handlerTimeout is the store timeout of our Limiter in the Handler rows.
+const handlerTimeout = time.Second
+
+var noContent = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+
+func buildOursHandler(e *env, alg ratelimit.Algorithm, v variant) (*instance, error) {
+	pol, err := e.policy(alg)
+	if err != nil {
+		return nil, err
+	}
+	st, c, calls, err := ourStore(e, v)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := limiterInstance(e, st, pol)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	inst.close = func() { c.Close() }
+	inst.storeCalls = calls
+	return inst, nil
+}
+
+// limiterInstance wraps st in our Limiter (ByIP, plus ByUser in scenario
+// c) and calls its Handler in process.
+func limiterInstance(e *env, st ratelimit.Store, pol *ratelimit.Policy) (*instance, error) {
+	var nErr atomic.Int64
+	var firstErr atomic.Value
+	opts := []ratelimit.Option{
+		ratelimit.WithErrorHook(func(_ *http.Request, err error) {
+			if nErr.Add(1) == 1 {
+				firstErr.Store(err.Error())
+			}
+		}),
+		// The peers run without a deadline. The default 100ms is right for
+		// production, but on a shared 2-core machine a descheduled Redis
+		// can exceed it, and the Limiter would then fail open (fast, and
+		// not what is being measured). The code path is the same.
+		ratelimit.WithTimeout(handlerTimeout),
+	}
+	if e.sc.twoIDs {
+		byIP, err := ratelimit.ByIP()
+		if err != nil {
+			return nil, err
+		}
+		byUser := ratelimit.ByUser(func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), true })
+		opts = append(opts, ratelimit.WithIdentifiers(byIP, byUser))
+	}
+	lim, err := ratelimit.New(st, pol, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &instance{
+		op:    handlerOp(lim.Handler(noContent), e.ids.reqs),
+		close: func() {},
+		hookErrs: func() (int64, string) {
+			s, _ := firstErr.Load().(string)
+			return nErr.Load(), s
+		},
+	}, nil
+}
+
+// handlerOp calls h in process with identity id's request: 204 is an
+// admission, 429 a denial, anything else an error.
+func handlerOp(h http.Handler, reqs []*http.Request) opFunc {
+	return func(_ context.Context, id int) (bool, error) {
+		w := &discardRW{h: make(http.Header, 4)}
+		h.ServeHTTP(w, reqs[id])
+		switch w.code {
+		case http.StatusNoContent:
+			return false, nil
+		case http.StatusTooManyRequests:
+			return true, nil
+		}
+		return false, fmt.Errorf("status %d", w.code)
+	}
+}
+
+func buildRedisRate(e *env) (*instance, error) {
+	c := e.newClient(e.conc)
+	rl := redis_rate.NewLimiter(c)
+	lims := make([]redis_rate.Limit, len(e.sc.limits))
+	for i, l := range e.sc.limits {
+		lims[i] = redis_rate.Limit{Rate: int(l.rate), Burst: int(l.rate), Period: l.period}
+	}
+	return &instance{
+		op: inSequence(e.ids.perL, len(lims), func(ctx context.Context, j int, k string) (bool, error) {
+			res, err := rl.Allow(ctx, k, lims[j])
+			return err == nil && res.Allowed == 0, err
+		}),
+		close: func() { c.Close() },
+	}, nil
+}
+
+func buildUlule(e *env) (*instance, error) {
+	c := e.newClient(e.conc)
+	st, err := ulredis.NewStoreWithOptions(c, limiter.StoreOptions{Prefix: e.prefix + "ul"})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	lims := make([]*limiter.Limiter, len(e.sc.limits))
+	for i, l := range e.sc.limits {
+		lims[i] = limiter.New(st, limiter.Rate{Period: l.period, Limit: l.rate})
+	}
+	return &instance{
+		op: inSequence(e.ids.perL, len(lims), func(ctx context.Context, j int, k string) (bool, error) {
+			res, err := lims[j].Get(ctx, k)
+			return err == nil && res.Reached, err
+		}),
+		close: func() { c.Close() },
+	}, nil
+}
+
+func buildThrottled(e *env) (*instance, error) {
+	c := e.newClient(e.conc)
+	st, err := goredisstore.NewCtx(c, e.prefix+"th:")
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	lims := make([]*throttled.GCRARateLimiterCtx, len(e.sc.limits))
+	for i, l := range e.sc.limits {
+		q := throttled.RateQuota{MaxRate: throttled.PerDuration(int(l.rate), l.period), MaxBurst: int(l.rate) - 1}
+		if lims[i], err = throttled.NewGCRARateLimiterCtx(st, q); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return &instance{
+		op: inSequence(e.ids.perL, len(lims), func(ctx context.Context, j int, k string) (bool, error) {
+			limited, _, err := lims[j].RateLimitCtx(ctx, k, 1)
+			return err == nil && limited, err
+		}),
+		close: func() { c.Close() },
+	}, nil
+}
+
+// httprateCounters are httprate-redis counters, one per limit position,
+// built once per run: httprate-redis builds its own go-redis client (it
+// ignores Config.Client in v0.5.0, see README) and offers no way to close
+// it, so making them per cell would leak connections.
+type httprateCounters struct {
+	mu       sync.Mutex
+	counters []httprate.LimitCounter
+	host     string
+	port     uint16
+	conc     int
+}
+
+func (h *httprateCounters) get(i int) (httprate.LimitCounter, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for len(h.counters) <= i {
+		rc, err := httprateredis.NewRedisLimitCounter(&httprateredis.Config{
+			Host:             h.host,
+			Port:             h.port,
+			PrefixKey:        "hr" + strconv.Itoa(len(h.counters)),
+			ClientName:       "ratelimit-bench",
+			FallbackDisabled: true, // errors must show, not turn into an in-memory count
+			FallbackTimeout:  time.Second,
+			MaxActive:        h.conc,
+			MaxIdle:          h.conc,
+		})
+		if err != nil {
+			return nil, err
+		}
+		h.counters = append(h.counters, rc)
+	}
+	return h.counters[i], nil
+}
+
+func buildHTTPRate(e *env) (*instance, error) {
+	if e.httprate == nil {
+		return nil, errors.New("no address for httprate-redis")
+	}
+	lims := make([]*httprate.RateLimiter, len(e.sc.limits))
+	for i, l := range e.sc.limits {
+		c, err := e.httprate.get(i)
+		if err != nil {
+			return nil, err
+		}
+		lims[i] = httprate.NewRateLimiter(int(l.rate), l.period, httprate.WithLimitCounter(c))
+	}
+	perL, nl, reqs := e.ids.perL, len(lims), e.ids.reqs
+	return &instance{
+		op: func(_ context.Context, id int) (bool, error) {
+			w := &discardRW{h: make(http.Header, 4)}
+			for j, k := range perL[id] {
+				if lims[j%nl].OnLimit(w, reqs[id], k) {
+					if w.code != 0 { // httprate's error handler answered
+						return false, fmt.Errorf("httprate: status %d", w.code)
+					}
+					return true, nil
+				}
+			}
+			return false, nil
+		},
+		close: func() {},
+	}, nil
+}
+
+func buildPing(e *env) (*instance, error) {
+	c := e.newClient(e.conc)
+	return &instance{
+		op: func(ctx context.Context, _ int) (bool, error) {
+			return false, c.Ping(ctx).Err()
+		},
+		close: func() { c.Close() },
+	}, nil
+}
+
+var returnOne = redis.NewScript("return 1")
+
+func buildEvalFloor(e *env) (*instance, error) {
+	c := e.newClient(e.conc)
+	if err := returnOne.Load(context.Background(), c).Err(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &instance{
+		op: func(ctx context.Context, _ int) (bool, error) {
+			return false, returnOne.Run(ctx, c, nil).Err()
+		},
+		close: func() { c.Close() },
+	}, nil
+}
+
+// tripCounter is a go-redis hook that counts round trips: every command
+// sent alone, and every pipeline or transaction sent as one. The commands
+// go-redis sends to set up a new connection (HELLO, CLIENT SETINFO, …) are
+// left out, as they are from the INFO counts: they are not the limiter's.
+type tripCounter struct{ n *atomic.Int64 }
+
+func (t tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (t tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !setupCmd(cmd) {
+			t.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (t tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if !setupCmd(c) {
+				t.n.Add(1)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// setupCmd reports a command of go-redis's connection setup.
+func setupCmd(c redis.Cmder) bool {
+	switch c.Name() {
+	case "hello", "client", "auth", "select", "readonly":
+		return true
+	}
+	return false
+}
+
+// inSequence is the op of a peer that needs one call per limit and identity:
+// it makes them in order and stops at the first denial, as a middleware
+// would. call(ctx, j, key) asks limit j about key and reports a denial.
+func inSequence(perL [][]string, nl int, call func(ctx context.Context, j int, key string) (bool, error)) func(context.Context, int) (bool, error) {
+	return func(ctx context.Context, id int) (bool, error) {
+		for j, k := range perL[id] {
+			if denied, err := call(ctx, j%nl, k); err != nil || denied {
+				return denied, err
+			}
+		}
+		return false, nil
+	}
+}

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// The targets of the issue "Performance: the fastest distributed limiter in
+// Go, shown side by side", each judged from this run's own tables.
+const (
+	batchTarget     = 1.5 // batched ÷ unbatched ops/s, scenarios a–c
+	denyTarget      = 10  // deny cache ÷ Redis-bound ops/s, scenario d
+	memoryTarget    = 2   // ours ÷ sethvargo ns/op, memory section, one limit
+	runTimeTarget   = 4 * time.Minute
+	runTimeTolerant = 4*time.Minute + 15*time.Second // "about four minutes"
+)
+
+type target struct{ what, measured, target, result string }
+
+// short names the algorithms in the targets table.
+func short(a ratelimit.Algorithm) string {
+	switch a {
+	case ratelimit.SlidingWindow:
+		return "sliding"
+	case ratelimit.TokenBucket:
+		return "token"
+	case ratelimit.FixedWindow:
+		return "fixed"
+	}
+	return a.String()
+}
+
+func verdict(met, all int) string {
+	switch {
+	case all == 0:
+		return "not measured"
+	case met == all:
+		return "**met**"
+	case met == 0:
+		return "**missed**"
+	}
+	return fmt.Sprintf("**missed** (%d of %d rows met)", met, all)
+}
+
+// bestRow returns the valid row of family fam with the most ops/s.
+func bestRow(t *table, fam string) *cellResult {
+	var best *cellResult
+	for _, row := range t.rows {
+		if row.family == fam && row.ok() && (best == nil || row.opsPerSec() > best.opsPerSec()) {
+			best = row
+		}
+	}
+	return best
+}
+
+// perRow lists f(row) for our rows "ours <api>, <alg><suffix>" of t, by API
+// and algorithm, and counts those for which ok holds.
+func perRow(t *table, suffix string, f func(row *cellResult) (float64, bool), ok func(float64) bool) (string, int, int) {
+	var parts []string
+	met, all := 0, 0
+	for _, api := range []string{"Take", "Handler"} {
+		var ps []string
+		for _, alg := range algorithms {
+			all++
+			x, found := f(t.row("ours " + api + ", " + alg.String() + suffix))
+			if !found {
+				ps = append(ps, short(alg)+" —")
+				continue
+			}
+			if ok(x) {
+				met++
+			}
+			ps = append(ps, fmt.Sprintf("%s %s×", short(alg), ratioNum(x)))
+		}
+		parts = append(parts, api+" "+strings.Join(ps, ", "))
+	}
+	return strings.Join(parts, "; "), met, all
+}
+
+// ratioNum prints a ratio with two decimals below 10, one below 100.
+func ratioNum(x float64) string {
+	switch {
+	case x < 10:
+		return fmt.Sprintf("%.2f", x)
+	case x < 100:
+		return fmt.Sprintf("%.1f", x)
+	}
+	return thousands(x)
+}
+
+// ratioTo returns a row's ops/s divided by those of the row base picks.
+func ratioTo(base func(row *cellResult) *cellResult) func(row *cellResult) (float64, bool) {
+	return func(row *cellResult) (float64, bool) {
+		if !row.ok() {
+			return 0, false
+		}
+		b := base(row)
+		if !b.ok() {
+			return 0, false
+		}
+		return row.opsPerSec() / b.opsPerSec(), true
+	}
+}
+
+func (t *table) baseOf(row *cellResult) *cellResult { return t.row(row.base) }
+
+func (r *report) targets() []target {
+	var ts []target
+
+	// Headline: in each Redis scenario, our fastest row against the
+	// fastest peer.
+	for _, id := range []string{"a", "b", "c", "d"} {
+		t := r.table(id)
+		if t == nil {
+			continue
+		}
+		ours, peer := bestRow(t, "ours"), bestRow(t, "peer")
+		if ours == nil || peer == nil {
+			continue
+		}
+		m := fmt.Sprintf("%s: %s ops/s = %s× %s", ours.name, thousands(ours.opsPerSec()), ratioNum(ours.opsPerSec()/peer.opsPerSec()), peer.name)
+		if rr := t.row(redisRateName); rr.ok() && rr != peer {
+			m += fmt.Sprintf(", %s× redis_rate", ratioNum(ours.opsPerSec()/rr.opsPerSec()))
+		}
+		res := "ours fastest"
+		if peer.opsPerSec() > ours.opsPerSec() {
+			res = peer.name + " fastest"
+		}
+		ts = append(ts, target{"(" + id + ") " + t.sc.shortTitle() + ": our fastest row vs the fastest peer", m, "headline", res})
+	}
+
+	// 1. Batching, scenarios a–c.
+	for _, id := range []string{"a", "b", "c"} {
+		t := r.table(id)
+		if t == nil {
+			continue
+		}
+		for _, n := range r.cfg.batches {
+			suffix := variant{batch: n}.suffix(r.cfg.batches)
+			m, met, all := perRow(t, suffix, ratioTo(t.baseOf), func(x float64) bool { return x >= batchTarget })
+			ts = append(ts, target{fmt.Sprintf("(%s) batched (WithBatching(%d)) vs ours unbatched, %d callers", id, n, r.cfg.conc), m,
+				fmt.Sprintf("≥ %.1f× for each row", batchTarget), verdict(met, all)})
+		}
+	}
+
+	// 2. Deny cache, scenario d.
+	if t := r.table("d"); t != nil {
+		atLeast := func(x float64) bool { return x >= denyTarget }
+		suffix := variant{denyCache: true}.suffix(nil)
+		m, met, all := perRow(t, suffix, ratioTo(t.baseOf), atLeast)
+		ts = append(ts, target{"(d) denied flood, deny cache vs ours uncached", m, fmt.Sprintf("≥ %d×", denyTarget), verdict(met, all)})
+		m, met, all = perRow(t, suffix, ratioTo(func(*cellResult) *cellResult { return t.row(redisRateName) }), atLeast)
+		ts = append(ts, target{"(d) denied flood, deny cache vs redis_rate", m, fmt.Sprintf("≥ %d×", denyTarget), verdict(met, all)})
+		var hitTrips []string
+		zero, rows := 0, 0
+		lo, hi := -1.0, 0.0
+		for _, row := range t.rows {
+			if row.storeCalls < 0 || !row.ok() {
+				continue
+			}
+			rows++
+			if row.roundTrips == row.storeCalls {
+				zero++
+			}
+			hitTrips = append(hitTrips, perHit(row))
+			c := row.perOp(float64(row.redisCalls))
+			if lo < 0 || c < lo {
+				lo = c
+			}
+			hi = max(hi, c)
+		}
+		if rows > 0 {
+			m := fmt.Sprintf("round trips per cached denial: %s; Redis cmds per decision overall (cache expiries included): %s–%s",
+				strings.Join(dedupe(hitTrips), ", "), perOpStr(lo), perOpStr(hi))
+			ts = append(ts, target{"(d) Redis commands per blocked request while the cache holds", m, "0", verdict(zero, rows)})
+		}
+	}
+
+	// 3. Memory section.
+	if t := r.table("memory"); t != nil {
+		for _, layer := range []struct{ api, base, target string }{
+			{"Handler", sethvargoHTTP, fmt.Sprintf("≤ %d× (headline: middleware vs middleware)", memoryTarget)},
+			{"Take", sethvargoTake, "reference (store vs store)"},
+		} {
+			b := t.row(layer.base)
+			var ps []string
+			met, all := 0, 0
+			for _, alg := range algorithms {
+				all++
+				row := t.row("ours " + layer.api + ", memory, " + alg.String() + ", 1 limit")
+				if !row.ok() || !b.ok() {
+					ps = append(ps, short(alg)+" —")
+					continue
+				}
+				x := row.nsPerOp() / b.nsPerOp()
+				if x <= memoryTarget {
+					met++
+				}
+				ps = append(ps, fmt.Sprintf("%s %s ns/op = %s× (CPU %s×)", short(alg), thousands(row.nsPerOp()), ratioNum(x), ratioNum(row.cpuNsPerOp()/b.cpuNsPerOp())))
+			}
+			m := strings.Join(ps, "; ")
+			if b.ok() {
+				m = fmt.Sprintf("sethvargo %s ns/op; ours: %s", thousands(b.nsPerOp()), m)
+			}
+			res := verdict(met, all)
+			if layer.api == "Take" {
+				res = fmt.Sprintf("(%d of %d within %d×)", met, all, memoryTarget)
+			}
+			ts = append(ts, target{"(memory) one limit, ours " + layer.api + " vs sethvargo/go-limiter", m, layer.target, res})
+		}
+		var ps []string
+		for _, alg := range algorithms {
+			row := t.row("ours Handler, memory, " + alg.String() + ", 3 limits")
+			if !row.ok() {
+				ps = append(ps, short(alg)+" —")
+				continue
+			}
+			ps = append(ps, fmt.Sprintf("%s %s ns/op, %.0f allocs/op", short(alg), thousands(row.nsPerOp()), row.perOp(float64(row.allocs))))
+		}
+		ts = append(ts, target{"(memory) three limits, ours Handler", strings.Join(ps, "; "), "shown", "—"})
+	}
+
+	// 4. No row invalidated by errors (the Handler rows' 1s timeout keeps
+	// the circuit breaker closed).
+	bad, handlerErrs, rows := 0, uint64(0), 0
+	for _, t := range r.tables {
+		for _, row := range t.rows {
+			if row.skipped != "" {
+				continue
+			}
+			rows++
+			if row.invalid() {
+				bad++
+			}
+			if strings.HasPrefix(row.name, "ours Handler") {
+				handlerErrs += row.errs
+			}
+		}
+	}
+	res := "**met**"
+	if bad > 0 {
+		res = "**missed**"
+	}
+	ts = append(ts, target{"rows marked ⚠ (over 0.1% errors); store errors in our Handler rows (timeout " + handlerTimeout.String() + ")",
+		fmt.Sprintf("%d of %d rows; %d errors", bad, rows, handlerErrs), "0 ⚠", res})
+
+	// 5. Run time of the default run.
+	took := r.end.Sub(r.start).Round(time.Second)
+	res = "n/a (not the full default run)"
+	if r.fullDefault() {
+		res = "**met**"
+		if took > runTimeTolerant {
+			res = "**missed**"
+		}
+	}
+	ts = append(ts, target{"whole default run", took.String(), "≤ about " + runTimeTarget.String(), res})
+	return ts
+}
+
+// fullDefault reports whether this was the default run: every section,
+// every row, the default durations.
+func (r *report) fullDefault() bool {
+	return len(r.tables) == len(sectionIDs) && r.cfg.only == nil && r.cfg.dur == defaultDuration &&
+		r.cfg.warm == defaultWarmup && r.cfg.rounds == defaultRounds
+}
+
+func dedupe(s []string) []string {
+	var out []string
+	for _, v := range s {
+		found := false
+		for _, o := range out {
+			found = found || o == v
+		}
+		if !found {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// shortTitle names a scenario in the targets table.
+func (sc *scenario) shortTitle() string {
+	switch sc.id {
+	case "a":
+		return "one limit"
+	case "b":
+		return "three limits"
+	case "c":
+		return "three limits × two identities"
+	case "d":
+		return "denied flood"
+	}
+	return sc.id
+}
