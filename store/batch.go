@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -66,7 +65,7 @@ func (b *batcher) do(ctx context.Context, s *redis.Script, keys []string, args [
 	case <-p.done:
 		return p.reply, p.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("ratelimit/store: redis: %w", ctx.Err())
+		return nil, ctx.Err()
 	}
 }
 
@@ -125,9 +124,7 @@ func (b *batcher) send(batch []*pending) {
 		return live[i].script, live[i].keys, live[i].args
 	})
 	for i, p := range live {
-		if p.reply, p.err = cmds[i].Int64Slice(); p.err != nil {
-			p.err = fmt.Errorf("ratelimit/store: redis: %w", p.err)
-		}
+		p.reply, p.err = cmds[i].Int64Slice()
 		close(p.done)
 	}
 }

@@ -126,6 +126,8 @@ func TestClusterBatchedPartialOutage(t *testing.T) {
 	cl.Kill(t, 0)
 	for name, st := range map[string]*Redis{"plain": plain, "batched": batched} {
 		var liveErr, liveOK atomic.Int64
+		var firstErr sync.Once
+		var sample error
 		var wg sync.WaitGroup
 		for g := 0; g < 16; g++ {
 			wg.Add(1)
@@ -139,6 +141,7 @@ func TestClusterBatchedPartialOutage(t *testing.T) {
 					if cl.NodeForKey(redisKey(DefaultPrefix, p.ID(), k)) != 0 {
 						if err != nil {
 							liveErr.Add(1)
+							firstErr.Do(func() { sample = err })
 						} else {
 							liveOK.Add(1)
 						}
@@ -149,7 +152,7 @@ func TestClusterBatchedPartialOutage(t *testing.T) {
 		wg.Wait()
 		t.Logf("%s: keys on live masters: %d answered, %d errors", name, liveOK.Load(), liveErr.Load())
 		if liveErr.Load() != 0 || liveOK.Load() == 0 {
-			t.Errorf("%s: %d errors for keys on live masters (%d answered), want none", name, liveErr.Load(), liveOK.Load())
+			t.Errorf("%s: %d errors for keys on live masters (%d answered), want none; first: %v", name, liveErr.Load(), liveOK.Load(), sample)
 		}
 	}
 }

@@ -105,20 +105,20 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	if err := validPrefix(r.prefix); err != nil {
 		return nil, err
 	}
-	if r.batch != nil {
-		r.batch.client = client
-	}
-	if r.cluster {
-		// A Cluster pipeline returns when its slowest node answers, so a
-		// batch would make live nodes' requests wait for a dead one.
-		r.batch = nil
-	}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
 		r.cluster = true
 		r.ctxHonored = c.Options().ContextTimeoutEnabled
 	case *redis.Client:
 		r.ctxHonored = c.Options().ContextTimeoutEnabled
+	}
+	if r.cluster {
+		// A Cluster pipeline returns when its slowest node answers, so a
+		// batch would make live nodes' requests wait for a dead one.
+		r.batch = nil
+	}
+	if r.batch != nil {
+		r.batch.client = client
 	}
 	return r, nil
 }
@@ -370,13 +370,14 @@ func runEach(ctx context.Context, c redis.UniversalClient, s *redis.Script, keys
 // fail the others.
 func pipeline(ctx context.Context, c redis.UniversalClient, n int, call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, n)
-	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
 			s, keys, args := call(i)
 			cmds[i] = s.EvalSha(ctx, p, keys, args...)
 		}
 		return nil
 	})
+	unanswered(cmds, err)
 	var again []int
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && isNoScript(err) {
@@ -384,15 +385,30 @@ func pipeline(ctx context.Context, c redis.UniversalClient, n int, call func(i i
 		}
 	}
 	if len(again) > 0 {
-		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range again {
 				s, keys, args := call(i)
 				cmds[i] = s.Eval(ctx, p, keys, args...)
 			}
 			return nil
 		})
+		unanswered(cmds, err)
 	}
 	return cmds
+}
+
+// unanswered gives the pipeline's error to each command that got neither a
+// reply nor an error of its own (go-redis leaves them empty when, for
+// instance, it cannot dial), so callers see why instead of an empty reply.
+func unanswered(cmds []*redis.Cmd, err error) {
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if c.Err() == nil && c.Val() == nil {
+			c.SetErr(err)
+		}
+	}
 }
 
 func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }

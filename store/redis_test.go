@@ -549,6 +549,55 @@ func TestBatchingSameDecisions(t *testing.T) {
 	}
 }
 
+// TestBatchingIgnoredOnCluster: WithBatching has no effect on a Cluster
+// client (a pipeline spanning nodes answers when its slowest node does),
+// whatever the option order; a plain client keeps it.
+func TestBatchingIgnoredOnCluster(t *testing.T) {
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { cluster.Close() })
+	cs, err := NewRedis(cluster, WithBatching(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs.batch != nil {
+		t.Fatal("a Cluster store batches; it must send each key's script on its own")
+	}
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { plain.Close() })
+	ps, err := NewRedis(plain, WithBatching(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.batch == nil || ps.batch.client != plain {
+		t.Fatal("a single-server store dropped WithBatching")
+	}
+}
+
+// TestBatchedErrorWrappedOnce: a batched call's error names the store once
+// and carries the cause (here, the refused connection).
+func TestBatchedErrorWrappedOnce(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	s, err := NewRedis(client, WithBatching(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = s.Take(ctx, ratelimit.Request{Policy: ratelimit.MustParsePolicy("1/s"), Keys: []string{"ip:1"}, Cost: 1})
+	if err == nil {
+		t.Fatal("Take on a closed server succeeded")
+	}
+	if n := strings.Count(err.Error(), "ratelimit/store"); n != 1 {
+		t.Fatalf("error %q names the store %d times, want once", err, n)
+	}
+	if !strings.Contains(err.Error(), "connect") {
+		t.Fatalf("error %q does not say the connection failed", err)
+	}
+}
+
 // TestClockStepsBack: when the clock steps back after a charge, the stores
 // count from the last charge's time, and RetryAfter includes the step, so
 // waiting exactly RetryAfter (on the stepped-back clock) is enough and
