@@ -6,7 +6,11 @@
 // and operation.
 package lua
 
-import _ "embed"
+import (
+	_ "embed"
+	"strconv"
+	"strings"
+)
 
 var (
 	//go:embed sliding.lua
@@ -29,12 +33,44 @@ var (
 	refund string
 )
 
-// Take scripts: check all limits of all keys, charge all or nothing.
+// unbaked opens a Take script that reads the policy from ARGV.
+const unbaked = "local TTL, NF, NL, P\n"
+
+// Take scripts: check all limits of all keys, charge all or nothing. They
+// read the policy's parameters from ARGV; see Bake for scripts that carry
+// them.
 var (
-	TakeSliding = sliding + take
-	TakeFixed   = fetchall + fixed + take
-	TakeToken   = fetchall + token + take
+	TakeSliding = unbaked + sliding + take
+	TakeFixed   = unbaked + fetchall + fixed + take
+	TakeToken   = unbaked + fetchall + token + take
 )
+
+// Bake returns script, one of the Take scripts, with one policy's
+// parameters written into it: the TTL in milliseconds, the number of
+// fields, and four numbers per limit (len(p)/4 limits), as ARGV 3 onwards
+// would carry them. The result reads only now and cost from ARGV, which
+// saves Redis parsing and converting a dozen arguments on every call.
+func Bake(script string, ttlMS int64, nf int, p []int64) string {
+	if !strings.HasPrefix(script, unbaked) || len(p)%4 != 0 {
+		panic("lua: Bake: not a Take script, or a partial limit")
+	}
+	b := make([]byte, 0, len(script)+64+12*len(p))
+	b = append(b, "local TTL, NF, NL, P = "...)
+	b = strconv.AppendInt(b, ttlMS, 10)
+	b = append(b, ", "...)
+	b = strconv.AppendInt(b, int64(nf), 10)
+	b = append(b, ", "...)
+	b = strconv.AppendInt(b, int64(len(p)/4), 10)
+	b = append(b, ", {"...)
+	for i, v := range p {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	b = append(b, "}\n"...)
+	return string(append(b, script[len(unbaked):]...))
+}
 
 // Refund scripts: undo one key's charge (Redis Cluster only).
 var (

@@ -1,7 +1,8 @@
 -- take: check every limit for every key; only if all have room, charge all.
 -- Preceded by one algorithm's check/report/charge functions.
 -- KEYS: one hash per identity. ARGV: now (µs; 0 = read Redis TIME), cost,
--- ttl (ms), number of fields, number of limits, then 4 numbers per limit.
+-- then, unless the script opens with them baked in (TTL, NF, NL, P): ttl
+-- (ms), number of fields, number of limits, then 4 numbers per limit.
 -- Returns {allowed, then per key: time, then per limit: remaining, reset, retry}.
 -- Lean on purpose: few tables, no per-limit tables, no string work but the
 -- formatting of times.
@@ -11,11 +12,13 @@ if now == 0 then
   local tm = redis.call('TIME')
   now = tm[1] * 1000000 + tm[2]
 end
-local cost, ttl, nf, nl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local cost, ttl, nf, nl = tonumber(ARGV[2]), TTL, NF, NL
+if not P then
+  ttl, nf, nl, P = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), {}
+  for a = 1, 4 * nl do P[a] = tonumber(ARGV[5 + a]) end
+end
 local c1 = cost
 if c1 == 0 then c1 = 1 end
-local P = {}
-for a = 1, 4 * nl do P[a] = tonumber(ARGV[5 + a]) end
 local nk = #KEYS
 local S, U, R = {}, {}, {} -- per key: fields read (time at nf+1); per key and limit: used, retry
 local allowed = true

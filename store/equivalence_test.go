@@ -127,7 +127,8 @@ func TestEquivalenceReal(t *testing.T) {
 }
 
 // equivalence replays traceCount random traces per algorithm through a
-// Redis store on client and through the memory store. With overrideTime
+// Redis store on client and through the memory store, half of them with
+// the policy baked into the script and half with it in ARGV. With overrideTime
 // the store sends the trace's clock to the script; otherwise setTime must
 // make Redis TIME follow it.
 func equivalence(t *testing.T, seed uint64, client *redis.Client, overrideTime bool, setTime func(time.Time)) {
@@ -146,7 +147,13 @@ func equivalence(t *testing.T, seed uint64, client *redis.Client, overrideTime b
 				if err != nil {
 					t.Fatal(err)
 				}
+				if n%2 == 1 {
+					rs.maxBaked = 0 // odd traces: the script reading ARGV
+				}
 				replay(t, n, p, trace, rs, &clk, setTime)
+				if baked := rs.prepared(p, 0, nil).tail == nil; baked != (n%2 == 0) {
+					t.Fatalf("trace %d: baked script %v, want %v", n, baked, n%2 == 0)
+				}
 			}
 		})
 	}

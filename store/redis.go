@@ -20,6 +20,11 @@ var _ ratelimit.Store = (*Redis)(nil)
 // One *redis.Script per script: Run sends EVALSHA and falls back to EVAL
 // when Redis answers NOSCRIPT (after a restart or SCRIPT FLUSH).
 var (
+	takeSources = [...]string{
+		ratelimit.SlidingWindow: lua.TakeSliding,
+		ratelimit.FixedWindow:   lua.TakeFixed,
+		ratelimit.TokenBucket:   lua.TakeToken,
+	}
 	takeScripts = [...]*redis.Script{
 		ratelimit.SlidingWindow: redis.NewScript(lua.TakeSliding),
 		ratelimit.FixedWindow:   redis.NewScript(lua.TakeFixed),
@@ -60,11 +65,16 @@ type Redis struct {
 	ttlExtra   time.Duration    // tests only: added to every key's TTL
 	batch      *batcher         // nil: one call per Take
 	argCache   sync.Map         // *ratelimit.Policy → preparedArgs
-	argCount   atomic.Int64     // policies in argCache
+	argCount   atomic.Int64     // policies prepared so far
+	maxBaked   int64            // policies that get a baked script
 }
 
-// maxPrepared bounds the policies whose arguments are kept prepared.
-const maxPrepared = 1024
+// maxPrepared bounds the policies whose arguments are kept prepared;
+// maxBaked, those that get a script of their own (see prepared).
+const (
+	maxPrepared = 1024
+	maxBaked    = 64
+)
 
 // RedisOption configures NewRedis.
 type RedisOption func(*Redis)
@@ -98,7 +108,7 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	if client == nil {
 		return nil, errors.New("ratelimit/store: NewRedis: nil client")
 	}
-	r := &Redis{client: client, prefix: DefaultPrefix}
+	r := &Redis{client: client, prefix: DefaultPrefix, maxBaked: maxBaked}
 	for _, o := range opts {
 		o(r)
 	}
@@ -163,8 +173,8 @@ func (r *Redis) take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 	}
 	var ps [ratelimit.MaxLimits]param
 	lim, nf := params(pol, &ps)
-	args := r.prepared(pol, nf, lim).with(now, req.Cost)
-	script := takeScripts[pol.Algorithm()]
+	prep := r.prepared(pol, nf, lim)
+	args, script := prep.args(now, req.Cost), prep.script
 	d := ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, len(lim))}
 
 	if !r.cluster || len(keys) == 1 {
@@ -303,28 +313,46 @@ func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string) {
 	}
 }
 
-// preparedArgs is a policy's script arguments after now and cost, boxed
-// once, so a Take does not box a dozen integers again.
-type preparedArgs []any
-
-func (p preparedArgs) with(now, cost int64) []any {
-	args := make([]any, 2, 2+len(p))
-	args[0], args[1] = now, cost
-	return append(args, p...)
+// preparedTake is what a policy's Take sends besides its keys: the script
+// and the arguments after now and cost (none when the script has the
+// policy baked in), boxed once so a Take does not box them again.
+type preparedTake struct {
+	script *redis.Script
+	tail   []any
 }
 
-// prepared returns the policy's prepared arguments, computing them once.
-func (r *Redis) prepared(pol *ratelimit.Policy, nf int, lim []param) preparedArgs {
+func (p *preparedTake) args(now, cost int64) []any {
+	args := make([]any, 2, 2+len(p.tail))
+	args[0], args[1] = now, cost
+	return append(args, p.tail...)
+}
+
+// prepared returns the policy's prepared Take, computing it once. The
+// first maxBaked policies get a script of their own with their parameters
+// baked in (Redis keeps one script per distinct policy); later ones, and
+// those beyond maxPrepared, use the algorithm's script with full ARGV.
+func (r *Redis) prepared(pol *ratelimit.Policy, nf int, lim []param) *preparedTake {
 	if v, ok := r.argCache.Load(pol); ok {
-		return v.(preparedArgs)
+		return v.(*preparedTake)
 	}
-	args := scriptArgs(0, 0, (pol.TTL() + r.ttlExtra).Milliseconds(), nf, lim)[2:]
+	ttl := (pol.TTL() + r.ttlExtra).Milliseconds()
+	n := r.argCount.Add(1)
+	var p *preparedTake
+	if n <= r.maxBaked {
+		flat := make([]int64, 0, 4*len(lim))
+		for _, l := range lim {
+			flat = append(flat, l.capacity, l.width, l.n, l.off)
+		}
+		p = &preparedTake{script: redis.NewScript(lua.Bake(takeSources[pol.Algorithm()], ttl, nf, flat))}
+	} else {
+		p = &preparedTake{script: takeScripts[pol.Algorithm()], tail: scriptArgs(0, 0, ttl, nf, lim)[2:]}
+	}
 	// Policies are meant to be built once; a program that builds one per
 	// request must not grow the cache without bound.
-	if r.argCount.Add(1) <= maxPrepared {
-		r.argCache.Store(pol, preparedArgs(args))
+	if n <= maxPrepared {
+		r.argCache.Store(pol, p)
 	}
-	return args
+	return p
 }
 
 // scriptArgs lays out ARGV: now, cost, ttl (ms), fields, limits, then four
