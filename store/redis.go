@@ -54,6 +54,11 @@ var (
 // later: a busy key's expiry is pushed out once per quarter TTL rather
 // than on every call. Nothing accumulates.
 //
+// The first 64 policies a store sees each get a script of their own with
+// the policy's limits written in, so a call carries only the time and
+// cost; Redis keeps one such script per distinct policy. Later policies
+// share the algorithm's script, which takes the limits as arguments.
+//
 // Redis ≥ 5 is required (scripts replicated by effects). A Redis is safe
 // to share with other data: keys are namespaced by the prefix.
 type Redis struct {
@@ -64,7 +69,7 @@ type Redis struct {
 	now        func() time.Time // tests only: replaces Redis TIME
 	ttlExtra   time.Duration    // tests only: added to every key's TTL
 	batch      *batcher         // nil: one call per Take
-	argCache   sync.Map         // *ratelimit.Policy → preparedArgs
+	argCache   sync.Map         // *ratelimit.Policy → *preparedTake
 	argCount   atomic.Int64     // policies prepared so far
 	maxBaked   int64            // policies that get a baked script
 }
