@@ -21,7 +21,7 @@ local function fetch(key, now, nf, P, nl)
   local v = redis.call('HMGET', key, unpack(f))
   local s = {}
   for i = 1, m - 1 do s[f[i]] = tonumber(v[i]) or 0 end
-  s.x = tonumber(v[m]) or 0
+  s[nf + 1] = tonumber(v[m]) or 0 -- not a field of any limit
   return s
 end
 
