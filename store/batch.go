@@ -14,15 +14,18 @@ import (
 // concurrency this cuts system calls and Redis CPU per request and raises
 // throughput (see the README's benchmarks); at low concurrency it adds a
 // goroutine hand-off to each call. Every Take still returns by its own
-// context's deadline. inFlight 0 (the default) turns batching off; a good
-// value is 4 (measured best with a pool of 64). Batching applies to a
-// single Redis or Sentinel; with a *redis.ClusterClient it is off, since a
-// Cluster pipeline returns only when its slowest node answers and a batch
-// would make requests on live nodes wait for a dead one.
+// context's deadline. inFlight 0 or less (the default) turns batching
+// off; a good value is 4 (measured best with a pool of 64). Batching
+// applies to a single Redis or Sentinel; with a *redis.ClusterClient or a
+// *redis.Ring it is off, since a pipeline over several nodes returns only
+// when its slowest node answers and a batch would make requests on live
+// nodes wait for a dead one.
 func WithBatching(inFlight int) RedisOption {
 	return func(r *Redis) {
 		if inFlight > 0 {
 			r.batch = &batcher{max: inFlight}
+		} else {
+			r.batch = nil
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,8 +69,9 @@ type Redis struct {
 	ttlExtra   time.Duration    // tests only: added to every key's TTL
 	batch      *batcher         // nil: one call per Take
 	argCache   sync.Map         // *ratelimit.Policy → *preparedTake
-	argCount   atomic.Int64     // policies prepared so far
-	maxBaked   int64            // policies that get a baked script
+	prepMu     sync.Mutex       // held while preparing a policy not in argCache
+	argCount   int              // policies in argCache; guarded by prepMu
+	maxBaked   int              // policies that get a baked script
 }
 
 // maxPrepared bounds the policies whose arguments are kept prepared;
@@ -99,7 +99,9 @@ func withClock(now func() time.Time) RedisOption {
 }
 
 // NewRedis returns a Store on client: a *redis.Client (single Redis or
-// Sentinel via redis.NewFailoverClient) or a *redis.ClusterClient.
+// Sentinel via redis.NewFailoverClient), a *redis.ClusterClient or a
+// *redis.Ring (sharded like a Cluster: each identity's script goes to its
+// own shard). Any other client is used as one server.
 //
 // Timeouts: Take never outlives its context's deadline. go-redis enforces
 // context deadlines on the socket only when the client was built with
@@ -122,6 +124,11 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
+		r.cluster = true
+		r.ctxHonored = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		// A Ring shards by key like a Cluster: one script per key, each
+		// sent to its own shard.
 		r.cluster = true
 		r.ctxHonored = c.Options().ContextTimeoutEnabled
 	case *redis.Client:
@@ -340,8 +347,13 @@ func (r *Redis) prepared(pol *ratelimit.Policy, nf int, lim []param) *preparedTa
 	if v, ok := r.argCache.Load(pol); ok {
 		return v.(*preparedTake)
 	}
+	r.prepMu.Lock()
+	defer r.prepMu.Unlock()
+	if v, ok := r.argCache.Load(pol); ok { // prepared while this call waited
+		return v.(*preparedTake)
+	}
 	ttl := (pol.TTL() + r.ttlExtra).Milliseconds()
-	n := r.argCount.Add(1)
+	n := r.argCount + 1
 	var p *preparedTake
 	if n <= r.maxBaked {
 		flat := make([]int64, 0, 4*len(lim))
@@ -356,6 +368,7 @@ func (r *Redis) prepared(pol *ratelimit.Policy, nf int, lim []param) *preparedTa
 	// request must not grow the cache without bound.
 	if n <= maxPrepared {
 		r.argCache.Store(pol, p)
+		r.argCount = n
 	}
 	return p
 }

@@ -573,6 +573,89 @@ func TestBatchingIgnoredOnCluster(t *testing.T) {
 	}
 }
 
+// TestBatchingZeroTurnsOff: a later WithBatching(0) (or a negative value)
+// undoes an earlier WithBatching(n).
+func TestBatchingZeroTurnsOff(t *testing.T) {
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { plain.Close() })
+	for _, off := range []int{0, -1} {
+		s, err := NewRedis(plain, WithBatching(4), WithBatching(off))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.batch != nil {
+			t.Fatalf("WithBatching(4), WithBatching(%d): still batching", off)
+		}
+	}
+}
+
+// TestPreparedOncePerPolicy: many first calls racing on one policy prepare
+// it once, so they use up one of the store's baked scripts, not many.
+func TestPreparedOncePerPolicy(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	s, err := NewRedis(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 5; round++ {
+		p := ratelimit.MustParsePolicy("100/s, 1000/m", ratelimit.Named(fmt.Sprintf("race%d", round)))
+		var ps [ratelimit.MaxLimits]param
+		lim, nf := params(p, &ps)
+		start := make(chan struct{})
+		got := make([]*preparedTake, 64)
+		var wg sync.WaitGroup
+		for g := range got {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[g] = s.prepared(p, nf, lim)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for g, p := range got {
+			if p != got[0] || p.tail != nil {
+				t.Fatalf("round %d: caller %d got %p (tail %v), caller 0 %p: want one baked preparation", round, g, p, p.tail, got[0])
+			}
+		}
+		if s.argCount != round+1 {
+			t.Fatalf("round %d: %d policies counted, want %d", round, s.argCount, round+1)
+		}
+	}
+}
+
+// TestRingPerKeyShards: on a *redis.Ring each identity is counted on its
+// own shard, whichever identities share a request: the key of b charged
+// along with a is the key that b alone reads later.
+func TestRingPerKeyShards(t *testing.T) {
+	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s1": m1.Addr(), "s2": m2.Addr()}})
+	t.Cleanup(func() { ring.Close() })
+	s, err := NewRedis(ring, WithBatching(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.cluster || s.batch != nil {
+		t.Fatalf("a Ring store must send one script per key, unbatched (cluster %v, batching %v)", s.cluster, s.batch != nil)
+	}
+	p := ratelimit.MustParsePolicy("1/h", ratelimit.Named("ring"))
+	for i := 0; i < 20; i++ {
+		a, b := fmt.Sprintf("ip:a%d", i), fmt.Sprintf("user:b%d", i)
+		if d := mustTake(t, s, p, 1, a, b); !d.Allowed {
+			t.Fatalf("pair %d: first request denied: %+v", i, d)
+		}
+		if d := mustTake(t, s, p, 1, b); d.Allowed {
+			t.Fatalf("pair %d: %s alone was admitted after being charged with %s: its key went to the wrong shard", i, b, a)
+		}
+	}
+	if len(m1.Keys()) == 0 || len(m2.Keys()) == 0 {
+		t.Fatalf("keys not spread over the ring: %d and %d", len(m1.Keys()), len(m2.Keys()))
+	}
+}
+
 // TestBatchedErrorWrappedOnce: a batched call's error names the store once
 // and carries the cause (here, the refused connection).
 func TestBatchedErrorWrappedOnce(t *testing.T) {
