@@ -68,6 +68,7 @@ type Redis struct {
 	now        func() time.Time // tests only: replaces Redis TIME
 	ttlExtra   time.Duration    // tests only: added to every key's TTL
 	batch      *batcher         // nil: one call per Take
+	refunds    sync.WaitGroup   // Cluster refunds running in the background
 	argCache   sync.Map         // *ratelimit.Policy → *preparedTake
 	prepMu     sync.Mutex       // held while preparing a policy not in argCache
 	argCount   int              // policies in argCache; guarded by prepMu
@@ -269,7 +270,11 @@ func (r *Redis) take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 		// Best effort, off the request's path: the calls still in flight
 		// are awaited and refunded if they charged; a refund that fails
 		// leaves a charge that expires with its window.
-		go refund.run(answers, pending, keys)
+		r.refunds.Add(1)
+		go func() {
+			defer r.refunds.Done()
+			refund.run(answers, pending, keys)
+		}()
 	}
 	if !denied && failed != nil {
 		return ratelimit.Decision{}, failed // no key denied, some could not decide
