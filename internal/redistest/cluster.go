@@ -208,6 +208,22 @@ func (c *Cluster) Kill(t testing.TB, i int) {
 	c.nodes[i].Kill(t)
 }
 
+// Pause freezes master i with SIGSTOP (connections stay open, nothing
+// answers); Resume thaws it. Keep a pause shorter than the cluster node
+// timeout (3s), or the other masters mark it failed.
+func (c *Cluster) Pause(t testing.TB, i int) { c.node(t, i).Pause(t) }
+
+// Resume thaws master i after Pause.
+func (c *Cluster) Resume(t testing.TB, i int) { c.node(t, i).Resume(t) }
+
+func (c *Cluster) node(t testing.TB, i int) *Server {
+	t.Helper()
+	if i < 0 || i >= len(c.nodes) {
+		t.Fatalf("redistest: Cluster: no master %d (only %d)", i, len(c.nodes))
+	}
+	return c.nodes[i]
+}
+
 // NodeForKey returns the index in Addrs of the master that owns key's hash
 // slot, honouring hash tags ("{user:42}.a" and "{user:42}.b" share a slot).
 // It is computed locally and does not need the master to be alive.

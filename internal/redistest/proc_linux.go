@@ -9,3 +9,6 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// pauseSignals are the signals that freeze and thaw a process.
+var pauseSignals = [2]syscall.Signal{syscall.SIGSTOP, syscall.SIGCONT}

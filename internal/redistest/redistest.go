@@ -172,6 +172,30 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
+// Pause freezes the server with SIGSTOP, as a hung or partitioned server
+// would look: connections open, no replies. Resume thaws it. Linux only.
+func (s *Server) Pause(t testing.TB) { s.signal(t, 0, "pause") }
+
+// Resume thaws a server frozen by Pause.
+func (s *Server) Resume(t testing.TB) { s.signal(t, 1, "resume") }
+
+func (s *Server) signal(t testing.TB, which int, what string) {
+	t.Helper()
+	sig := pauseSignals[which]
+	if sig == 0 {
+		t.Fatalf("redistest: %s redis-server %s: not supported on this system", what, s.Addr)
+	}
+	s.mu.Lock()
+	p := s.proc
+	s.mu.Unlock()
+	if p == nil || p.exited() {
+		t.Fatalf("redistest: %s redis-server %s: not running", what, s.Addr)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("redistest: %s redis-server %s: %v", what, s.Addr, err)
+	}
+}
+
 // stop kills the current process, if any, and waits for it to exit.
 func (s *Server) stop() error {
 	s.mu.Lock()
