@@ -53,6 +53,11 @@ var (
 // later: a busy key's expiry is pushed out once per quarter TTL rather
 // than on every call. Nothing accumulates.
 //
+// On a Cluster, each master has a node circuit (WithNodeCircuit): once
+// calls to it go unanswered a few times in a row, keys on it fail at once
+// with ErrNodeUnavailable until a probe gets an answer, so a dead or hung
+// master does not cost every request the whole timeout.
+//
 // The first 64 policies a store sees each get a script of their own with
 // the policy's limits written in, so a call carries only the time and
 // cost; Redis keeps one such script per distinct policy. Later policies
@@ -69,10 +74,15 @@ type Redis struct {
 	ttlExtra   time.Duration    // tests only: added to every key's TTL
 	batch      *batcher         // nil: one call per Take
 	refunds    sync.WaitGroup   // Cluster refunds running in the background
-	argCache   sync.Map         // *ratelimit.Policy → *preparedTake
-	prepMu     sync.Mutex       // held while preparing a policy not in argCache
-	argCount   int              // policies in argCache; guarded by prepMu
-	maxBaked   int              // policies that get a baked script
+
+	nodes        sync.Map // Cluster master address → *nodeCircuit
+	nodeFailures int
+	nodeCooldown time.Duration
+	nodeClock    func() time.Time // tests only: the node circuits' clock
+	argCache     sync.Map         // *ratelimit.Policy → *preparedTake
+	prepMu       sync.Mutex       // held while preparing a policy not in argCache
+	argCount     int              // policies in argCache; guarded by prepMu
+	maxBaked     int              // policies that get a baked script
 }
 
 // maxPrepared bounds the policies whose arguments are kept prepared;
@@ -116,7 +126,8 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	if client == nil {
 		return nil, errors.New("ratelimit/store: NewRedis: nil client")
 	}
-	r := &Redis{client: client, prefix: DefaultPrefix, maxBaked: maxBaked}
+	r := &Redis{client: client, prefix: DefaultPrefix, maxBaked: maxBaked,
+		nodeFailures: DefaultNodeFailures, nodeCooldown: DefaultNodeCooldown}
 	for _, o := range opts {
 		o(r)
 	}
@@ -193,9 +204,12 @@ func (r *Redis) take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 	if !r.cluster || len(keys) == 1 {
 		var reply []int64
 		var err error
-		if r.batch != nil {
+		switch {
+		case r.batch != nil:
 			reply, err = r.batch.do(ctx, script, keys, args)
-		} else {
+		case r.cluster:
+			reply, err = r.runOnNode(ctx, script, keys[0], args)
+		default:
 			reply, err = script.Run(ctx, r.client, keys, args...).Int64Slice()
 		}
 		if err != nil {
@@ -226,7 +240,7 @@ func (r *Redis) take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 	answers := make(chan keyAnswer, len(keys))
 	for i := range keys {
 		go func(i int) {
-			rep, err := script.Run(pctx, r.client, keys[i:i+1], args...).Int64Slice()
+			rep, err := r.runOnNode(pctx, script, keys[i], args)
 			if err == nil && (len(rep) != 2+3*len(lim) || rep[0] != 0 && rep[0] != 1) {
 				err = fmt.Errorf("unexpected script reply of %d values", len(rep))
 			}

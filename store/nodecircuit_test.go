@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/redistest"
+)
+
+// TestNodeCircuitStates: closed until failures consecutive failures; open
+// for the cooldown; then exactly one probe, whose answer closes it and
+// whose failure opens it again; cancelled calls change nothing.
+func TestNodeCircuitStates(t *testing.T) {
+	const failures, cooldown = 3, time.Second
+	var c nodeCircuit
+	at := t0
+	step := func(outcome int) {
+		t.Helper()
+		if !c.allow(at) {
+			t.Fatalf("at +%s: call refused while the circuit should let it through", at.Sub(t0))
+		}
+		c.done(outcome, at, failures, cooldown)
+	}
+	step(nodeFailed)
+	step(nodeFailed)
+	step(nodeAnswered) // a reply ends the streak
+	step(nodeFailed)
+	step(nodeFailed)
+	step(nodeUnknown) // neither ends nor extends it
+	if !c.allow(at) {
+		t.Fatal("opened before 3 consecutive failures")
+	}
+	c.done(nodeFailed, at, failures, cooldown)
+	for _, d := range []time.Duration{0, cooldown / 2, cooldown - time.Nanosecond} {
+		if c.allow(at.Add(d)) {
+			t.Fatalf("open circuit let a call through %s after opening", d)
+		}
+	}
+	at = at.Add(cooldown)
+	if !c.allow(at) {
+		t.Fatal("no probe after the cooldown")
+	}
+	if c.allow(at) {
+		t.Fatal("a second call went out while the probe is out")
+	}
+	c.done(nodeFailed, at, failures, cooldown) // the probe failed: open again
+	if c.allow(at.Add(cooldown - time.Nanosecond)) {
+		t.Fatal("a failed probe did not reopen the circuit for a cooldown")
+	}
+	at = at.Add(cooldown)
+	if !c.allow(at) {
+		t.Fatal("no probe after the second cooldown")
+	}
+	c.done(nodeUnknown, at, failures, cooldown) // a cancelled probe: probe again
+	if !c.allow(at) {
+		t.Fatal("a cancelled probe blocked the next one")
+	}
+	c.done(nodeAnswered, at, failures, cooldown)
+	for i := 0; i < 5; i++ {
+		if !c.allow(at) {
+			t.Fatal("closed circuit refused a call after the probe answered")
+		}
+	}
+}
+
+func TestNodeOutcome(t *testing.T) {
+	live := context.Background()
+	cancelled, cancel := context.WithCancel(live)
+	cancel()
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want int
+	}{
+		{live, nil, nodeAnswered},
+		{live, redis.Nil, nodeAnswered},
+		{live, fmt.Errorf("wrapped: %w", redis.ErrClosed), nodeFailed},
+		{live, context.DeadlineExceeded, nodeFailed},
+		{live, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), nodeFailed},
+		{cancelled, errors.New("i/o on a cancelled call"), nodeUnknown},
+		{live, context.Canceled, nodeUnknown},
+	} {
+		if got := nodeOutcome(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("nodeOutcome(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+	// An error reply is an answer.
+	mrClient := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { mrClient.Close() })
+	err := mrClient.Do(live, "NOSUCHCOMMAND").Err()
+	if err == nil || nodeOutcome(live, err) != nodeAnswered {
+		t.Fatalf("error reply %v: outcome %d, want answered", err, nodeOutcome(live, err))
+	}
+}
+
+// TestClusterNodeCircuit: a master that hangs (SIGSTOP: connections open,
+// no replies) costs the timeout only until its circuit opens; then its keys
+// fail at once with ErrNodeUnavailable while keys on the other masters are
+// limited as usual; once it answers again, the probe after the cooldown
+// closes the circuit. Time for the circuit is a controlled clock.
+func TestClusterNodeCircuit(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	var clk clock
+	clk.Set(t0)
+	st, err := NewRedis(honoringClient(t, cl), WithNodeCircuit(3, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.nodeClock = clk.Now
+	p := ratelimit.MustParsePolicy("1000/h", ratelimit.Named("nodecircuit"))
+	hung, live := keyOn(cl, p, "ip:10.9.0.%d", 0), keyOn(cl, p, "user:%d", 1)
+	take := func(keys ...string) (ratelimit.Decision, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		defer cancel()
+		return st.Take(ctx, ratelimit.Request{Policy: p, Keys: keys, Cost: 1})
+	}
+	for _, k := range []string{hung, live} {
+		if _, err := take(k); err != nil {
+			t.Fatalf("%s before the pause: %v", k, err)
+		}
+	}
+	cl.Pause(t, 0)
+	resumed := false
+	defer func() {
+		if !resumed {
+			cl.Resume(t, 0)
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		if _, err := take(hung); err == nil || errors.Is(err, ErrNodeUnavailable) {
+			t.Fatalf("call %d to the hung master: %v; want a timeout (the circuit opens after 3)", i, err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := take(hung); !errors.Is(err, ErrNodeUnavailable) {
+			t.Fatalf("call %d after 3 failures: %v; want ErrNodeUnavailable", i, err)
+		}
+		if d, err := take(live); err != nil || !d.Allowed {
+			t.Fatalf("key on a live master while master 0 hangs: %+v, %v", d, err)
+		}
+		// Both keys: the live one is charged and refunded, the request fails.
+		if _, err := take(hung, live); !errors.Is(err, ErrNodeUnavailable) {
+			t.Fatalf("request with both keys: %v; want ErrNodeUnavailable", err)
+		}
+	}
+	cl.Resume(t, 0)
+	resumed = true
+	if _, err := take(hung); !errors.Is(err, ErrNodeUnavailable) {
+		t.Fatalf("before the cooldown ends: %v; want ErrNodeUnavailable still", err)
+	}
+	clk.Set(t0.Add(time.Minute))
+	// The probe may meet a connection that timed out during the pause;
+	// the next probe (one cooldown later) must then succeed.
+	for attempt := 0; ; attempt++ {
+		_, err := take(hung)
+		if err == nil {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("the master answers again but probes keep failing: %v", err)
+		}
+		clk.Set(clk.Now().Add(time.Minute))
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := take(hung); err != nil {
+			t.Fatalf("call %d after the probe answered: %v", i, err)
+		}
+	}
+}
