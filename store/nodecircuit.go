@@ -30,8 +30,9 @@ const (
 // master fail at once with ErrNodeUnavailable for cooldown; then one call
 // probes it, and its success closes the circuit. Keys on the other masters
 // are not affected. The default is 3 failures and 1s; failures ≤ 0 turns it
-// off. It applies to a *redis.ClusterClient only (a single server has the
-// Limiter's own circuit breaker).
+// off; failures > 0 with a cooldown ≤ 0 makes NewRedis fail. It applies to
+// a *redis.ClusterClient only (a single server has the Limiter's own
+// circuit breaker, which also covers a whole Cluster going down).
 func WithNodeCircuit(failures int, cooldown time.Duration) RedisOption {
 	return func(r *Redis) {
 		r.nodeFailures, r.nodeCooldown = failures, cooldown

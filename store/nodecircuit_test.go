@@ -70,6 +70,23 @@ func TestNodeCircuitStates(t *testing.T) {
 	}
 }
 
+func TestNodeCircuitOption(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { c.Close() })
+	if _, err := NewRedis(c, WithNodeCircuit(3, 0)); err == nil {
+		t.Fatal("WithNodeCircuit(3, 0): no error")
+	}
+	for _, f := range []int{0, -1} {
+		s, err := NewRedis(c, WithNodeCircuit(f, 0))
+		if err != nil {
+			t.Fatalf("WithNodeCircuit(%d, 0) (off): %v", f, err)
+		}
+		if s.nodeFor(context.Background(), "rl:{ip:1}:x") != nil {
+			t.Fatalf("WithNodeCircuit(%d, 0): node circuits still on", f)
+		}
+	}
+}
+
 func TestNodeOutcome(t *testing.T) {
 	live := context.Background()
 	cancelled, cancel := context.WithCancel(live)

@@ -134,6 +134,9 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	if err := validPrefix(r.prefix); err != nil {
 		return nil, err
 	}
+	if r.nodeFailures > 0 && r.nodeCooldown <= 0 {
+		return nil, fmt.Errorf("ratelimit/store: WithNodeCircuit(%d, %s): want a positive cooldown (or failures 0 to turn it off)", r.nodeFailures, r.nodeCooldown)
+	}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
 		r.cluster = true
