@@ -49,44 +49,52 @@ type nodeCircuit struct {
 	probing bool      // a probe is out
 }
 
-// allow reports whether a call may go to the node now.
-func (c *nodeCircuit) allow(now time.Time) bool {
+// allow reports whether a call may go to the node now, and whether that
+// call is the circuit's probe.
+func (c *nodeCircuit) allow(now time.Time) (ok, probe bool) {
 	if !c.open.Load() {
-		return true
+		return true, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.open.Load() {
-		return true
+		return true, false
 	}
 	if now.Before(c.until) || c.probing {
-		return false
+		return false, false
 	}
 	c.probing = true // one probe per cooldown
-	return true
+	return true, true
 }
 
 // Outcomes of a call, for done.
 const (
-	nodeUnknown  = iota // cancelled by this store: says nothing of the node
+	nodeUnknown  = iota // says nothing of the node (cancelled by this store, pool or client trouble)
 	nodeAnswered        // a reply, error replies included
 	nodeFailed          // no reply: a timeout or a connection error
 )
 
-// done records the outcome of a call that allow let through.
-func (c *nodeCircuit) done(outcome int, now time.Time, failures int, cooldown time.Duration) {
-	if outcome == nodeAnswered && !c.open.Load() && c.streak.Load() == 0 {
+// done records the outcome of a call that allow let through; probe is what
+// allow said of it. Only the probe's outcome ends the probe, and only the
+// opening and a failed probe set the cooldown: late outcomes of calls made
+// before the circuit opened neither release a second probe nor stretch it.
+// Any answer closes the circuit: the node is alive.
+func (c *nodeCircuit) done(outcome int, probe bool, now time.Time, failures int, cooldown time.Duration) {
+	if outcome == nodeAnswered && !probe && !c.open.Load() && c.streak.Load() == 0 {
 		return // the common case
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.probing = false
+	if probe {
+		c.probing = false
+	}
 	switch outcome {
 	case nodeAnswered:
 		c.streak.Store(0)
 		c.open.Store(false)
 	case nodeFailed:
-		if c.streak.Add(1) >= int64(failures) {
+		n := c.streak.Add(1)
+		if probe || !c.open.Load() && n >= int64(failures) {
 			c.until = now.Add(cooldown)
 			c.open.Store(true)
 		}
@@ -116,20 +124,28 @@ func (r *Redis) nodeFor(ctx context.Context, key string) *nodeCircuit {
 // circuit: at once ErrNodeUnavailable while the circuit is open.
 func (r *Redis) runOnNode(ctx context.Context, script *redis.Script, key string, args []any) ([]int64, error) {
 	c := r.nodeFor(ctx, key)
-	if c != nil && !c.allow(r.nodeNow()) {
-		return nil, ErrNodeUnavailable
-	}
-	rep, err := script.Run(ctx, r.client, []string{key}, args...).Int64Slice()
+	var probe bool
 	if c != nil {
-		c.done(nodeOutcome(ctx, err), r.nodeNow(), r.nodeFailures, r.nodeCooldown)
+		var ok bool
+		if ok, probe = c.allow(r.nodeNow()); !ok {
+			return nil, ErrNodeUnavailable
+		}
 	}
-	return rep, err
+	cmd := script.Run(ctx, r.client, []string{key}, args...)
+	if c != nil {
+		c.done(nodeOutcome(ctx, cmd.Err(), time.Now()), probe, r.nodeNow(), r.nodeFailures, r.nodeCooldown)
+	}
+	return cmd.Int64Slice()
 }
 
-// nodeOutcome classifies err, from a call bounded by ctx: no error or an
-// error reply is an answer; a call this store cancelled itself (the request
-// was answered by another key) says nothing; anything else is a failure.
-func nodeOutcome(ctx context.Context, err error) int {
+// nodeOutcome classifies err, from a call bounded by ctx that returned at
+// now: no error or an error reply is an answer. A call still running at
+// its deadline is a failure even if this store cancelled it meanwhile
+// (go-redis does not interrupt a blocked read on cancel). A call cancelled
+// earlier (the request was answered by another key), a full connection
+// pool and a closed client say nothing of the node. Anything else (a
+// timeout, a connection error) is a failure.
+func nodeOutcome(ctx context.Context, err error, now time.Time) int {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return nodeAnswered
 	}
@@ -137,7 +153,11 @@ func nodeOutcome(ctx context.Context, err error) int {
 	if errors.As(err, &reply) {
 		return nodeAnswered
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled) {
+	if dl, ok := ctx.Deadline(); ok && !now.Before(dl) {
+		return nodeFailed
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled) ||
+		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
 		return nodeUnknown
 	}
 	return nodeFailed

@@ -16,17 +16,20 @@ import (
 
 // TestNodeCircuitStates: closed until failures consecutive failures; open
 // for the cooldown; then exactly one probe, whose answer closes it and
-// whose failure opens it again; cancelled calls change nothing.
+// whose failure opens it again; cancelled calls change nothing; late
+// outcomes of calls made before the circuit opened neither release a
+// second probe nor stretch the cooldown.
 func TestNodeCircuitStates(t *testing.T) {
 	const failures, cooldown = 3, time.Second
 	var c nodeCircuit
 	at := t0
 	step := func(outcome int) {
 		t.Helper()
-		if !c.allow(at) {
-			t.Fatalf("at +%s: call refused while the circuit should let it through", at.Sub(t0))
+		ok, probe := c.allow(at)
+		if !ok || probe {
+			t.Fatalf("at +%s: allow = %v, %v on a closed circuit", at.Sub(t0), ok, probe)
 		}
-		c.done(outcome, at, failures, cooldown)
+		c.done(outcome, probe, at, failures, cooldown)
 	}
 	step(nodeFailed)
 	step(nodeFailed)
@@ -34,37 +37,46 @@ func TestNodeCircuitStates(t *testing.T) {
 	step(nodeFailed)
 	step(nodeFailed)
 	step(nodeUnknown) // neither ends nor extends it
-	if !c.allow(at) {
+	if ok, _ := c.allow(at); !ok {
 		t.Fatal("opened before 3 consecutive failures")
 	}
-	c.done(nodeFailed, at, failures, cooldown)
+	c.done(nodeFailed, false, at, failures, cooldown)
 	for _, d := range []time.Duration{0, cooldown / 2, cooldown - time.Nanosecond} {
-		if c.allow(at.Add(d)) {
+		if ok, _ := c.allow(at.Add(d)); ok {
 			t.Fatalf("open circuit let a call through %s after opening", d)
 		}
 	}
+	// A straggler from before the opening fails late: no longer cooldown.
+	c.done(nodeFailed, false, at.Add(cooldown/2), failures, cooldown)
 	at = at.Add(cooldown)
-	if !c.allow(at) {
-		t.Fatal("no probe after the cooldown")
+	ok, probe := c.allow(at)
+	if !ok || !probe {
+		t.Fatalf("after the cooldown: allow = %v, %v; want the probe", ok, probe)
 	}
-	if c.allow(at) {
+	if ok, _ := c.allow(at); ok {
 		t.Fatal("a second call went out while the probe is out")
 	}
-	c.done(nodeFailed, at, failures, cooldown) // the probe failed: open again
-	if c.allow(at.Add(cooldown - time.Nanosecond)) {
+	// A straggler that was cancelled: the probe is still out.
+	c.done(nodeUnknown, false, at, failures, cooldown)
+	if ok, _ := c.allow(at); ok {
+		t.Fatal("a straggler's outcome released a second probe")
+	}
+	c.done(nodeFailed, true, at, failures, cooldown) // the probe failed: open again
+	if ok, _ := c.allow(at.Add(cooldown - time.Nanosecond)); ok {
 		t.Fatal("a failed probe did not reopen the circuit for a cooldown")
 	}
 	at = at.Add(cooldown)
-	if !c.allow(at) {
+	if ok, probe := c.allow(at); !ok || !probe {
 		t.Fatal("no probe after the second cooldown")
 	}
-	c.done(nodeUnknown, at, failures, cooldown) // a cancelled probe: probe again
-	if !c.allow(at) {
+	c.done(nodeUnknown, true, at, failures, cooldown) // a cancelled probe: probe again
+	ok, probe = c.allow(at)
+	if !ok || !probe {
 		t.Fatal("a cancelled probe blocked the next one")
 	}
-	c.done(nodeAnswered, at, failures, cooldown)
+	c.done(nodeAnswered, probe, at, failures, cooldown)
 	for i := 0; i < 5; i++ {
-		if !c.allow(at) {
+		if ok, probe := c.allow(at); !ok || probe {
 			t.Fatal("closed circuit refused a call after the probe answered")
 		}
 	}
@@ -91,6 +103,11 @@ func TestNodeOutcome(t *testing.T) {
 	live := context.Background()
 	cancelled, cancel := context.WithCancel(live)
 	cancel()
+	now := time.Now()
+	expired, cancel2 := context.WithDeadline(live, now.Add(-time.Millisecond))
+	defer cancel2()
+	cancelledLate, cancel3 := context.WithDeadline(live, now.Add(-time.Millisecond))
+	cancel3() // cancelled by the store, but the call ran to its deadline
 	for _, tc := range []struct {
 		ctx  context.Context
 		err  error
@@ -98,13 +115,16 @@ func TestNodeOutcome(t *testing.T) {
 	}{
 		{live, nil, nodeAnswered},
 		{live, redis.Nil, nodeAnswered},
-		{live, fmt.Errorf("wrapped: %w", redis.ErrClosed), nodeFailed},
 		{live, context.DeadlineExceeded, nodeFailed},
+		{expired, context.DeadlineExceeded, nodeFailed},
 		{live, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), nodeFailed},
 		{cancelled, errors.New("i/o on a cancelled call"), nodeUnknown},
 		{live, context.Canceled, nodeUnknown},
+		{cancelledLate, context.Canceled, nodeFailed},
+		{live, fmt.Errorf("wrapped: %w", redis.ErrClosed), nodeUnknown},
+		{live, redis.ErrPoolTimeout, nodeUnknown},
 	} {
-		if got := nodeOutcome(tc.ctx, tc.err); got != tc.want {
+		if got := nodeOutcome(tc.ctx, tc.err, now); got != tc.want {
 			t.Errorf("nodeOutcome(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
@@ -112,8 +132,8 @@ func TestNodeOutcome(t *testing.T) {
 	mrClient := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { mrClient.Close() })
 	err := mrClient.Do(live, "NOSUCHCOMMAND").Err()
-	if err == nil || nodeOutcome(live, err) != nodeAnswered {
-		t.Fatalf("error reply %v: outcome %d, want answered", err, nodeOutcome(live, err))
+	if err == nil || nodeOutcome(live, err, now) != nodeAnswered {
+		t.Fatalf("error reply %v: outcome %d, want answered", err, nodeOutcome(live, err, now))
 	}
 }
 
@@ -173,16 +193,18 @@ func TestClusterNodeCircuit(t *testing.T) {
 		t.Fatalf("before the cooldown ends: %v; want ErrNodeUnavailable still", err)
 	}
 	clk.Set(t0.Add(time.Minute))
-	// The probe may meet a connection that timed out during the pause;
-	// the next probe (one cooldown later) must then succeed.
+	// The probe may meet a connection that timed out during the pause, or
+	// the master may still be rejoining: probe again, one cooldown later on
+	// the circuit's clock, until it answers (bounded).
 	for attempt := 0; ; attempt++ {
 		_, err := take(hung)
 		if err == nil {
 			break
 		}
-		if attempt == 3 {
+		if attempt == 50 {
 			t.Fatalf("the master answers again but probes keep failing: %v", err)
 		}
+		time.Sleep(50 * time.Millisecond)
 		clk.Set(clk.Now().Add(time.Minute))
 	}
 	for i := 0; i < 3; i++ {
