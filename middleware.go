@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/breaker"
 )
 
 // DefaultTimeout is how long a Limiter waits for its store on each call
@@ -71,7 +73,7 @@ type config struct {
 	now      func() time.Time // clock of the log throttle and the circuit breaker
 	err      error            // the first invalid option
 	// breaker guards the store (not the fallback); see WithCircuitBreaker.
-	breaker    circuit
+	breaker    breaker.Breaker
 	breakerSet bool
 }
 
@@ -369,7 +371,7 @@ func New(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
 	}
 	c := &l.config
 	if !c.breakerSet {
-		c.breaker = circuit{threshold: DefaultCircuitFailures, cooldown: int64(DefaultCircuitCooldown)}
+		c.breaker = breaker.Breaker{Threshold: DefaultCircuitFailures, Cooldown: int64(DefaultCircuitCooldown), Quiet: true}
 	}
 
 	if c.costSet && c.costFn != nil {
@@ -622,28 +624,26 @@ func dedupe(keys []string) []string {
 // the store's error has gone to the error hook and the log.
 func (l *Limiter) take(parent context.Context, r *http.Request, p *Policy, keys []string, cost int64) (d Decision, failed bool, err error) {
 	req := Request{Policy: p, Keys: keys, Cost: cost}
-	if ok, probe := l.breaker.allow(l.sinceEpoch); ok {
+	if ok, probe := l.breaker.Allow(l.sinceEpoch); ok {
 		d, err = l.call(parent, r, l.store, "store", req)
 		if errors.Is(err, ErrInvalidRequest) {
 			// A bug of the caller's, not an outage: no circuit, no fallback.
-			if probe {
-				l.breaker.probing.Store(false)
-			}
+			l.breaker.Forget(probe)
 			return l.failed(err)
 		}
 		if err == nil || parent.Err() == nil { // a client that went away says nothing of the store
-			if l.breaker.record(l.sinceEpoch, err == nil, probe) {
+			if l.breaker.Record(l.sinceEpoch, err == nil, probe) {
 				l.logger.LogAttrs(parent, slog.LevelWarn, "ratelimit: store circuit opened: skipping the store after repeated failures",
-					slog.String("policy", p.Name()), slog.Duration("cooldown", time.Duration(l.breaker.cooldown)))
+					slog.String("policy", p.Name()), slog.Duration("cooldown", time.Duration(l.breaker.Cooldown)))
 			}
-		} else if probe {
-			l.breaker.probing.Store(false)
+		} else {
+			l.breaker.Forget(probe)
 		}
 		if err == nil {
 			return d, false, nil
 		}
 	} else {
-		err = circuitErr(l.breaker.cooldown)
+		err = circuitErr(l.breaker.Cooldown)
 		if l.errHook != nil {
 			l.errHook(r, err)
 		}

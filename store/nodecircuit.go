@@ -3,11 +3,11 @@ package store
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit/internal/breaker"
 )
 
 // ErrNodeUnavailable is the error of a Take whose key lives on a Redis
@@ -39,32 +39,18 @@ func WithNodeCircuit(failures int, cooldown time.Duration) RedisOption {
 	}
 }
 
-// nodeCircuit is the circuit of one Cluster master. The closed state with no
-// recent failure is read without the lock.
-type nodeCircuit struct {
-	open    atomic.Bool  // openUntil is set
-	streak  atomic.Int64 // consecutive failures
-	mu      sync.Mutex
-	until   time.Time // while before it, calls fail fast
-	probing bool      // a probe is out
+// nodeCircuit is the circuit of one Cluster master: the shared breaker,
+// opening on the count of failures alone (no Quiet), on the store's clock.
+type nodeCircuit struct{ b breaker.Breaker }
+
+func newNodeCircuit(failures int, cooldown time.Duration) *nodeCircuit {
+	return &nodeCircuit{b: breaker.Breaker{Threshold: int64(failures), Cooldown: int64(cooldown)}}
 }
 
 // allow reports whether a call may go to the node now, and whether that
 // call is the circuit's probe.
 func (c *nodeCircuit) allow(now time.Time) (ok, probe bool) {
-	if !c.open.Load() {
-		return true, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.open.Load() {
-		return true, false
-	}
-	if now.Before(c.until) || c.probing {
-		return false, false
-	}
-	c.probing = true // one probe per cooldown
-	return true, true
+	return c.b.Allow(func() int64 { return now.UnixNano() })
 }
 
 // Outcomes of a call, for done.
@@ -75,30 +61,13 @@ const (
 )
 
 // done records the outcome of a call that allow let through; probe is what
-// allow said of it. Only the probe's outcome ends the probe, and only the
-// opening and a failed probe set the cooldown: late outcomes of calls made
-// before the circuit opened neither release a second probe nor stretch it.
-// Any answer closes the circuit: the node is alive.
-func (c *nodeCircuit) done(outcome int, probe bool, now time.Time, failures int, cooldown time.Duration) {
-	if outcome == nodeAnswered && !probe && !c.open.Load() && c.streak.Load() == 0 {
-		return // the common case
+// allow said of it. Any answer closes the circuit: the node is alive.
+func (c *nodeCircuit) done(outcome int, probe bool, now time.Time) {
+	if outcome == nodeUnknown {
+		c.b.Forget(probe)
+		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if probe {
-		c.probing = false
-	}
-	switch outcome {
-	case nodeAnswered:
-		c.streak.Store(0)
-		c.open.Store(false)
-	case nodeFailed:
-		n := c.streak.Add(1)
-		if probe || !c.open.Load() && n >= int64(failures) {
-			c.until = now.Add(cooldown)
-			c.open.Store(true)
-		}
-	}
+	c.b.Record(func() int64 { return now.UnixNano() }, outcome == nodeAnswered, probe)
 }
 
 // nodeFor returns the circuit of key's master, or nil when node circuits
@@ -116,7 +85,7 @@ func (r *Redis) nodeFor(ctx context.Context, key string) *nodeCircuit {
 	if c, ok := r.nodes.Load(addr); ok {
 		return c.(*nodeCircuit)
 	}
-	c, _ := r.nodes.LoadOrStore(addr, &nodeCircuit{})
+	c, _ := r.nodes.LoadOrStore(addr, newNodeCircuit(r.nodeFailures, r.nodeCooldown))
 	return c.(*nodeCircuit)
 }
 
@@ -133,7 +102,7 @@ func (r *Redis) runOnNode(ctx context.Context, script *redis.Script, key string,
 	}
 	cmd := script.Run(ctx, r.client, []string{key}, args...)
 	if c != nil {
-		c.done(nodeOutcome(ctx, cmd.Err(), time.Now()), probe, r.nodeNow(), r.nodeFailures, r.nodeCooldown)
+		c.done(nodeOutcome(ctx, cmd.Err(), time.Now()), probe, r.nodeNow())
 	}
 	return cmd.Int64Slice()
 }

@@ -21,7 +21,7 @@ import (
 // second probe nor stretch the cooldown.
 func TestNodeCircuitStates(t *testing.T) {
 	const failures, cooldown = 3, time.Second
-	var c nodeCircuit
+	c := newNodeCircuit(failures, cooldown)
 	at := t0
 	step := func(outcome int) {
 		t.Helper()
@@ -29,7 +29,7 @@ func TestNodeCircuitStates(t *testing.T) {
 		if !ok || probe {
 			t.Fatalf("at +%s: allow = %v, %v on a closed circuit", at.Sub(t0), ok, probe)
 		}
-		c.done(outcome, probe, at, failures, cooldown)
+		c.done(outcome, probe, at)
 	}
 	step(nodeFailed)
 	step(nodeFailed)
@@ -40,14 +40,14 @@ func TestNodeCircuitStates(t *testing.T) {
 	if ok, _ := c.allow(at); !ok {
 		t.Fatal("opened before 3 consecutive failures")
 	}
-	c.done(nodeFailed, false, at, failures, cooldown)
+	c.done(nodeFailed, false, at)
 	for _, d := range []time.Duration{0, cooldown / 2, cooldown - time.Nanosecond} {
 		if ok, _ := c.allow(at.Add(d)); ok {
 			t.Fatalf("open circuit let a call through %s after opening", d)
 		}
 	}
 	// A straggler from before the opening fails late: no longer cooldown.
-	c.done(nodeFailed, false, at.Add(cooldown/2), failures, cooldown)
+	c.done(nodeFailed, false, at.Add(cooldown/2))
 	at = at.Add(cooldown)
 	ok, probe := c.allow(at)
 	if !ok || !probe {
@@ -57,11 +57,11 @@ func TestNodeCircuitStates(t *testing.T) {
 		t.Fatal("a second call went out while the probe is out")
 	}
 	// A straggler that was cancelled: the probe is still out.
-	c.done(nodeUnknown, false, at, failures, cooldown)
+	c.done(nodeUnknown, false, at)
 	if ok, _ := c.allow(at); ok {
 		t.Fatal("a straggler's outcome released a second probe")
 	}
-	c.done(nodeFailed, true, at, failures, cooldown) // the probe failed: open again
+	c.done(nodeFailed, true, at) // the probe failed: open again
 	if ok, _ := c.allow(at.Add(cooldown - time.Nanosecond)); ok {
 		t.Fatal("a failed probe did not reopen the circuit for a cooldown")
 	}
@@ -69,12 +69,12 @@ func TestNodeCircuitStates(t *testing.T) {
 	if ok, probe := c.allow(at); !ok || !probe {
 		t.Fatal("no probe after the second cooldown")
 	}
-	c.done(nodeUnknown, true, at, failures, cooldown) // a cancelled probe: probe again
+	c.done(nodeUnknown, true, at) // a cancelled probe: probe again
 	ok, probe = c.allow(at)
 	if !ok || !probe {
 		t.Fatal("a cancelled probe blocked the next one")
 	}
-	c.done(nodeAnswered, probe, at, failures, cooldown)
+	c.done(nodeAnswered, probe, at)
 	for i := 0; i < 5; i++ {
 		if ok, probe := c.allow(at); !ok || probe {
 			t.Fatal("closed circuit refused a call after the probe answered")
