@@ -269,6 +269,19 @@ func (s countingStore) Take(ctx context.Context, req ratelimit.Request) (ratelim
 }
 
 func buildOursTake(e *env, alg ratelimit.Algorithm, v variant) (*instance, error) {
+	return buildOurs(e, alg, v, func(e *env, st ratelimit.Store, pol *ratelimit.Policy) (*instance, error) {
+		keys := e.ids.keys
+		return &instance{op: func(ctx context.Context, id int) (bool, error) {
+			d, err := st.Take(ctx, ratelimit.Request{Policy: pol, Keys: keys[id], Cost: 1})
+			return !d.Allowed, err
+		}}, nil
+	})
+}
+
+// buildOurs builds one of our rows: the scenario's policy for alg, our
+// Redis store in variant v, and the instance that use makes of them, which
+// then closes the store's client and reports its store calls.
+func buildOurs(e *env, alg ratelimit.Algorithm, v variant, use func(*env, ratelimit.Store, *ratelimit.Policy) (*instance, error)) (*instance, error) {
 	pol, err := e.policy(alg)
 	if err != nil {
 		return nil, err
@@ -277,15 +290,14 @@ func buildOursTake(e *env, alg ratelimit.Algorithm, v variant) (*instance, error
 	if err != nil {
 		return nil, err
 	}
-	keys := e.ids.keys
-	return &instance{
-		op: func(ctx context.Context, id int) (bool, error) {
-			d, err := st.Take(ctx, ratelimit.Request{Policy: pol, Keys: keys[id], Cost: 1})
-			return !d.Allowed, err
-		},
-		close:      func() { c.Close() },
-		storeCalls: calls,
-	}, nil
+	inst, err := use(e, st, pol)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	inst.close = func() { c.Close() }
+	inst.storeCalls = calls
+	return inst, nil
 }
 
 // discardRW is the ResponseWriter of the in-process HTTP calls: it keeps
@@ -314,22 +326,7 @@ const handlerTimeout = time.Second
 var noContent = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 
 func buildOursHandler(e *env, alg ratelimit.Algorithm, v variant) (*instance, error) {
-	pol, err := e.policy(alg)
-	if err != nil {
-		return nil, err
-	}
-	st, c, calls, err := ourStore(e, v)
-	if err != nil {
-		return nil, err
-	}
-	inst, err := limiterInstance(e, st, pol)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	inst.close = func() { c.Close() }
-	inst.storeCalls = calls
-	return inst, nil
+	return buildOurs(e, alg, v, limiterInstance)
 }
 
 // limiterInstance wraps st in our Limiter (ByIP, plus ByUser in scenario
