@@ -1,32 +1,44 @@
 package ratelimit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
 )
 
 // Algorithm selects how a Policy counts. The zero value is SlidingWindow.
+//
+// Every algorithm states its guarantee over "windows": a window of length
+// Period is a half-open interval of time [s, s+Period), so two requests
+// exactly one Period apart never share one.
 type Algorithm uint8
 
 const (
-	// SlidingWindow divides each limit's Period into Precision sub-buckets and
-	// admits a request only if the cost already admitted in the current
-	// sub-bucket and the Precision sub-buckets before it, plus the request's
-	// cost, fits in Rate. Guarantee: in ANY interval of length Period the
-	// admitted cost is at most Rate; it never over-admits. It may
-	// under-admit: the counted span is up to one sub-bucket (Period/Precision)
-	// longer than Period, so a client may wait up to one sub-bucket longer than
-	// an exact sliding log would make it wait.
+	// SlidingWindow is the default. Guarantee: in ANY window of length
+	// Period the admitted cost is at most Rate; it never over-admits.
+	//
+	// How it counts depends on the limit's size, invisibly to callers. A
+	// limit with Rate ≤ ExactRateMax and Precision 0 is counted exactly, by
+	// a log of the times of its last Rate units of cost (as SlidingLog
+	// does): a request is admitted as soon as the window allows it, and
+	// Retry-After is the exact wait, rounded up to whole seconds. A larger
+	// limit (or one with a Precision set) is counted in Precision sub-buckets
+	// (DefaultPrecision), each remembering its cost and the time of its
+	// latest admission: a sub-bucket's cost stops counting one Period after
+	// that latest admission. Requests that arrive together (a burst) are
+	// therefore counted exactly too; requests spread inside one sub-bucket
+	// may wait up to one sub-bucket (Period/Precision) longer than an exact
+	// log would make them wait, never less.
 	SlidingWindow Algorithm = iota
 
 	// FixedWindow counts cost per aligned window [n·Period, (n+1)·Period).
 	// Guarantee: at most Rate per aligned window. Known edge: a client can
 	// spend Rate at the end of one window and Rate again at the start of the
-	// next, so an unaligned interval of length Period may see up to 2·Rate.
+	// next, so an unaligned window of length Period may see up to 2·Rate.
 	// It is the cheapest algorithm (one counter per limit).
 	FixedWindow
 
@@ -36,8 +48,27 @@ const (
 	// d the admitted cost is at most Burst + d/(emission interval); over a
 	// long run the rate is exactly Rate per Period (never more). With the
 	// default Burst = Rate, a full bucket may spend Rate at once and then
-	// refills smoothly, so an interval of length Period may see up to 2·Rate.
+	// refills smoothly, so a window of length Period may see up to 2·Rate.
 	TokenBucket
+
+	// SlidingLog is the classic sliding log: every limit keeps the times of
+	// its last Rate units of cost. Guarantee: in ANY window of length Period
+	// the admitted cost is at most Rate, and a request is admitted as soon
+	// as that allows (exact; RetryAfter is exact to the microsecond). Memory
+	// grows with Rate (16 bytes per unit in Redis), so Rate is at most
+	// MaxLogRate.
+	SlidingLog
+
+	// SlidingWindowApprox is the weighted two-window estimate that
+	// Cloudflare and go-chi/httprate use: the cost of the previous aligned
+	// window, weighted by the part of it the sliding window still covers,
+	// plus the cost of the current window. Two counters per limit: the
+	// cheapest smooth window. Guarantee: at most Rate per aligned window,
+	// and in any window of length Period less than 2·Rate (it assumes the
+	// previous window's cost was spread evenly; a client that spent it all
+	// at the end can over-admit by up to the previous window's cost times
+	// the fraction of the current window elapsed). Choose it knowingly.
+	SlidingWindowApprox
 )
 
 // String returns the algorithm's name as used by ParsePolicy options and logs.
@@ -49,9 +80,34 @@ func (a Algorithm) String() string {
 		return "fixed-window"
 	case TokenBucket:
 		return "token-bucket"
+	case SlidingLog:
+		return "sliding-log"
+	case SlidingWindowApprox:
+		return "sliding-window-approx"
 	}
 	return "algorithm(" + strconv.Itoa(int(a)) + ")"
 }
+
+// Counter says how a store counts one limit of a policy: the representation
+// the algorithm chose for it. Store implementations read it with
+// Policy.Counter; callers never need it.
+type Counter uint8
+
+const (
+	// CounterBuckets: sub-buckets, each with its cost and the time of its
+	// latest admission (SlidingWindow above ExactRateMax).
+	CounterBuckets Counter = iota
+	// CounterLog: the times of the last Rate units of cost (SlidingLog, and
+	// SlidingWindow up to ExactRateMax).
+	CounterLog
+	// CounterFixed: the aligned window's index and its cost (FixedWindow).
+	CounterFixed
+	// CounterToken: the theoretical arrival time of GCRA (TokenBucket).
+	CounterToken
+	// CounterApprox: the aligned window's index, its cost and the previous
+	// window's cost (SlidingWindowApprox).
+	CounterApprox
+)
 
 // Bounds enforced by NewPolicy and ParsePolicy. They keep every number the
 // stores compute (in microseconds) exactly representable in the 53-bit
@@ -67,25 +123,42 @@ const (
 	MaxPrecision = 120
 	// MaxLimits is the largest number of limits in one Policy.
 	MaxLimits = 8
-	// DefaultPrecision is the number of sliding-window sub-buckets per limit
-	// when Limit.Precision is 0. Ten sub-buckets bound the under-admission to
-	// a tenth of the period while the three-limit policy "10/s, 120/m, 240/h"
-	// costs well under 1 KB of Redis memory per identity (see README).
+	// DefaultPrecision is the number of sub-buckets of a SlidingWindow limit
+	// that is not counted exactly (Rate above ExactRateMax) and has no
+	// Precision set. Ten bound the extra wait of requests spread inside a
+	// sub-bucket to a tenth of the period, while the three-limit policy
+	// "10/s, 120/m, 240/h" costs well under 1 KB of Redis memory per
+	// identity (see README).
 	DefaultPrecision = 10
+	// ExactRateMax is the largest Rate a SlidingWindow limit with Precision
+	// 0 counts exactly, by a log of its last Rate units (16 bytes each in
+	// Redis).
+	ExactRateMax = 32
+	// MaxLogRate is the largest Rate of a SlidingLog limit: its log takes
+	// 16 bytes of Redis memory per unit of Rate.
+	MaxLogRate = 1000
+	// MaxSpan bounds how far ahead of now a store may have to remember a
+	// time: a token bucket's Burst × emission interval, a penalty
+	// (BlockFor) and a reservation (Limiter.Wait) each stay within it, so
+	// that every stored time stays below 2^53 µs (exact in Redis Lua) for
+	// the next two centuries.
+	MaxSpan = time.Duration(1<<50) * time.Microsecond
 )
 
 // Limit is one rule of a Policy: at most Rate units of cost per Period.
 type Limit struct {
-	// Rate is the cost admitted per Period. It must be in [1, MaxRate].
+	// Rate is the cost admitted per Period. It must be in [1, MaxRate]
+	// (MaxLogRate for SlidingLog).
 	Rate int64
 	// Period is the length of the window. It must be in [MinPeriod,
 	// MaxPeriod] and a whole number of microseconds.
 	Period time.Duration
-	// Precision is the number of sub-buckets of the sliding window (ignored
-	// by the other algorithms). 0 means DefaultPrecision. Period must divide
-	// into Precision sub-buckets of a whole number of microseconds, each at
-	// least 1ms long; when the default does not fit a short period, the
-	// largest precision ≤ DefaultPrecision that fits is used.
+	// Precision is the number of sub-buckets of a SlidingWindow limit
+	// (ignored by the other algorithms). 0 means: counted exactly when Rate
+	// ≤ ExactRateMax (Precision stays 0), else DefaultPrecision. Period must
+	// divide into Precision sub-buckets of a whole number of microseconds,
+	// each at least 1ms long; when the default does not fit a short period,
+	// the largest precision ≤ DefaultPrecision that fits is used.
 	Precision int
 	// Burst is the token bucket's capacity (ignored by the other
 	// algorithms). 0 means Burst = Rate.
@@ -115,50 +188,49 @@ type Policy struct {
 	name      string
 	algorithm Algorithm
 	limits    []Limit
+	block     time.Duration // BlockFor; 0: none
 	// id identifies the policy's counters in a store: its name and a
 	// fingerprint of its algorithm and limits, so that a changed definition
 	// never reads counters laid out for another.
 	id string
 	// Precomputed per-limit figures in microseconds, used by the stores.
-	periodUS []int64 // Period
-	bucketUS []int64 // sliding: Period/Precision; fixed: Period; token: emission interval
-	buckets  []int64 // sliding: Precision; others: 1
-	burst    []int64 // token bucket capacity
-	ttlMS    int64   // how long counters must outlive their last write
-	header   string  // the RateLimit-Policy value, built once
-	minRate  int64   // smallest capacity of any limit (Rate, or Burst for TokenBucket)
+	periodUS []int64   // Period
+	bucketUS []int64   // buckets: Period/Precision; token: emission interval; others: Period
+	buckets  []int64   // buckets: Precision; others: 1
+	burst    []int64   // token bucket capacity
+	counters []Counter // how each limit is counted
+	ttlMS    int64     // how long counters must outlive their last write
+	header   string    // the RateLimit-Policy value, built once
+	minRate  int64     // smallest capacity of any limit (Rate, or Burst for TokenBucket)
 }
-
-// maxExact is 2^53: the stores' numbers (µs) must stay below it, where the
-// doubles of Redis Lua are exact.
-const maxExact = 1 << 53
 
 // storeLayout is the version of the stores' counter layout (see
 // store/algorithm.go); it is part of every policy's ID.
-const storeLayout = 2
+const storeLayout = 3
 
 // DefaultPolicyName is the name of a policy built without a name.
 const DefaultPolicyName = "default"
 
 // NewPolicy validates limits and returns a Policy. name labels the policy in
 // headers and store keys: 1 to 64 characters from [A-Za-z0-9_.-]; empty
-// means DefaultPolicyName. Errors say which limit is wrong and why.
+// means DefaultPolicyName. Errors say which limit is wrong and why. For a
+// penalty after a denial, see Policy.WithBlockFor.
 func NewPolicy(name string, alg Algorithm, limits ...Limit) (*Policy, error) {
-	p, err := newPolicy(name, alg, limits)
+	p, err := newPolicy(name, alg, limits, 0)
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: %w", err)
 	}
 	return p, nil
 }
 
-func newPolicy(name string, alg Algorithm, limits []Limit) (*Policy, error) {
+func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) (*Policy, error) {
 	if name == "" {
 		name = DefaultPolicyName
 	}
 	if err := validName(name); err != nil {
 		return nil, fmt.Errorf("policy name %q: %w", name, err)
 	}
-	if alg > TokenBucket {
+	if alg > SlidingWindowApprox {
 		return nil, fmt.Errorf("policy %q: unknown algorithm %d", name, alg)
 	}
 	if len(limits) == 0 {
@@ -167,14 +239,19 @@ func newPolicy(name string, alg Algorithm, limits []Limit) (*Policy, error) {
 	if len(limits) > MaxLimits {
 		return nil, fmt.Errorf("policy %q: %d limits, at most %d allowed", name, len(limits), MaxLimits)
 	}
-	p := &Policy{name: name, algorithm: alg, limits: make([]Limit, len(limits))}
+	if block < 0 || block > MaxSpan || block%time.Microsecond != 0 {
+		return nil, fmt.Errorf("policy %q: BlockFor(%s): want a whole number of microseconds from 0 to %s", name, block, MaxSpan)
+	}
+	p := &Policy{name: name, algorithm: alg, limits: make([]Limit, len(limits)), block: block}
 	copy(p.limits, limits)
 	seen := make(map[time.Duration]int, len(limits))
 	names := make(map[string]int, len(limits))
-	fp := fnv.New64a()
-	// The layout version changes whenever the stores lay counters out
-	// differently, so an upgraded library never reads an older layout.
-	fmt.Fprintf(fp, "layout%d|%d", storeLayout, alg)
+	// The fingerprint covers everything that decides how counters are laid
+	// out and read; the layout version changes whenever the stores lay
+	// counters out differently, so an upgraded library never reads an
+	// older layout.
+	fp := sha256.New()
+	fmt.Fprintf(fp, "layout%d|%d|%d", storeLayout, alg, block.Microseconds())
 	for i := range p.limits {
 		l := &p.limits[i]
 		where := fmt.Sprintf("policy %q: limit %d (%d/%s)", name, i+1, l.Rate, l.Period)
@@ -193,14 +270,22 @@ func newPolicy(name string, alg Algorithm, limits []Limit) (*Policy, error) {
 		seen[l.Period] = i
 		period := l.Period.Microseconds()
 		burst, buckets, width := int64(0), int64(1), period
+		if alg != TokenBucket && l.Burst != 0 {
+			return nil, fmt.Errorf("%s: burst applies to the token bucket only", where)
+		}
+		if alg != SlidingWindow && l.Precision != 0 {
+			return nil, fmt.Errorf("%s: precision applies to the sliding window only", where)
+		}
+		var counter Counter
 		switch alg {
 		case SlidingWindow:
-			if l.Burst != 0 {
-				return nil, fmt.Errorf("%s: burst applies to the token bucket only", where)
-			}
 			n := int64(l.Precision)
 			if n < 0 || n > MaxPrecision {
 				return nil, fmt.Errorf("%s: precision %d must be between 1 and %d (0 for the default)", where, n, MaxPrecision)
+			}
+			if n == 0 && l.Rate <= ExactRateMax {
+				counter = CounterLog
+				break
 			}
 			if n == 0 {
 				n = DefaultPrecision
@@ -215,17 +300,17 @@ func newPolicy(name string, alg Algorithm, limits []Limit) (*Policy, error) {
 				return nil, fmt.Errorf("%s: precision %d makes sub-buckets shorter than 1ms", where, n)
 			}
 			l.Precision = int(n)
-			buckets, width = n, period/n
-		case FixedWindow, TokenBucket:
-			if l.Precision != 0 {
-				return nil, fmt.Errorf("%s: precision applies to the sliding window only", where)
+			counter, buckets, width = CounterBuckets, n, period/n
+		case SlidingLog:
+			if l.Rate > MaxLogRate {
+				return nil, fmt.Errorf("%s: the sliding log keeps one time per unit of rate, so its rate must be at most %d (use SlidingWindow above that)", where, MaxLogRate)
 			}
-			if alg == FixedWindow {
-				if l.Burst != 0 {
-					return nil, fmt.Errorf("%s: burst applies to the token bucket only", where)
-				}
-				break
-			}
+			counter = CounterLog
+		case FixedWindow:
+			counter = CounterFixed
+		case SlidingWindowApprox:
+			counter = CounterApprox
+		case TokenBucket:
 			if l.Burst < 0 || l.Burst > MaxRate {
 				return nil, fmt.Errorf("%s: burst must be between 1 and %d (0 means the rate)", where, MaxRate)
 			}
@@ -235,9 +320,11 @@ func newPolicy(name string, alg Algorithm, limits []Limit) (*Policy, error) {
 			burst = l.Burst
 			// Emission interval, rounded up so the rate is never exceeded.
 			width = (period + l.Rate - 1) / l.Rate
-			if burst > maxExact/width {
-				return nil, fmt.Errorf("%s: burst %d × emission interval %dµs is too long (over 285 years)", where, burst, width)
+			if burst > MaxSpan.Microseconds()/width {
+				return nil, fmt.Errorf("%s: burst %d × emission interval %dµs is longer than %s (%.0f years), past which stored times would lose precision",
+					where, burst, width, MaxSpan, MaxSpan.Hours()/24/365.25)
 			}
+			counter = CounterToken
 		}
 		if l.Name == "" {
 			l.Name = name + "-" + FormatPeriod(l.Period)
@@ -260,20 +347,31 @@ func newPolicy(name string, alg Algorithm, limits []Limit) (*Policy, error) {
 		p.bucketUS = append(p.bucketUS, width)
 		p.buckets = append(p.buckets, buckets)
 		p.burst = append(p.burst, burst)
-		ttl := period + width // sliding window: the extra sub-bucket
-		switch alg {
-		case FixedWindow:
-			ttl = period // a window's count matters until the window ends
-		case TokenBucket:
-			ttl = width * burst
+		p.counters = append(p.counters, counter)
+		// How long after its last write an identity's counters still
+		// matter (µs), for a write at time t:
+		var ttl int64
+		switch counter {
+		case CounterBuckets:
+			ttl = period + width // a sub-bucket counts until its latest admission + Period
+		case CounterLog:
+			ttl = period // the newest unit counts until t + Period
+		case CounterFixed:
+			ttl = period // the window of t ends before t + Period
+		case CounterApprox:
+			ttl = 2 * period // the window of t is weighed until the next one ends
+		case CounterToken:
+			ttl = width * burst // the TAT is at most t + Burst × interval
 		}
 		if ms := (ttl + 999) / 1000; ms > p.ttlMS {
 			p.ttlMS = ms
 		}
-		fmt.Fprintf(fp, "|%d/%d/%d/%d", l.Rate, period, buckets, burst)
+		fmt.Fprintf(fp, "|%d/%d/%d/%d/%d", l.Rate, period, counter, buckets, burst)
 	}
-	h := fp.Sum64()
-	p.id = fmt.Sprintf("%s:%08x", name, uint32(h^h>>32))
+	if ms := (block.Microseconds() + 999) / 1000; ms > p.ttlMS {
+		p.ttlMS = ms // a penalty must outlive the counters' own need
+	}
+	p.id = name + ":" + hex.EncodeToString(fp.Sum(nil)[:8])
 	p.header = string(appendPolicyHeader(nil, p.limits, alg == TokenBucket))
 	return p, nil
 }
@@ -336,17 +434,63 @@ func (p *Policy) String() string {
 }
 
 // Compiled returns per-limit figures the stores need, in microseconds:
-// the period, the sub-bucket width (sliding window), window (fixed window)
-// or emission interval (token bucket), the number of sub-buckets, and the
-// token bucket's burst. Store implementations use it; the slices must not
-// be modified.
+// the period, the width (a sub-bucket for CounterBuckets, the emission
+// interval for the token bucket, the period otherwise), the number of
+// sub-buckets (1 unless CounterBuckets), and the token bucket's burst.
+// Store implementations use it with Counter; the slices must not be
+// modified.
 func (p *Policy) Compiled() (periodUS, widthUS, buckets, burst []int64) {
 	return p.periodUS, p.bucketUS, p.buckets, p.burst
 }
 
+// Counter returns how stores count the i-th limit (0-based).
+func (p *Policy) Counter(i int) Counter { return p.counters[i] }
+
 // TTL returns how long a store must keep an identity's counters after its
-// last charge: after that, every limit has forgotten it.
+// last write: after that, every limit has forgotten it and any penalty
+// (BlockFor) is over. It is a whole number of milliseconds, rounded up.
 func (p *Policy) TTL() time.Duration { return time.Duration(p.ttlMS) * time.Millisecond }
+
+// MaxPeriod returns the longest Period of the policy's limits.
+func (p *Policy) MaxPeriod() time.Duration {
+	var m int64
+	for _, v := range p.periodUS {
+		m = max(m, v)
+	}
+	return time.Duration(m) * time.Microsecond
+}
+
+// BlockFor returns the policy's penalty: how long a key stays denied once
+// a request for it was denied (0: none). See the BlockFor option.
+func (p *Policy) BlockFor() time.Duration { return p.block }
+
+// WithBlockFor returns a copy of p with a penalty of d (see the BlockFor
+// policy option), for policies built with NewPolicy. The copy has its own
+// ID, so it does not share counters with p. d must be 0 (none) or a whole
+// number of microseconds up to MaxSpan.
+func (p *Policy) WithBlockFor(d time.Duration) (*Policy, error) {
+	q, err := newPolicy(p.name, p.algorithm, p.originalLimits(), d)
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: %w", err)
+	}
+	return q, nil
+}
+
+// originalLimits returns the limits as NewPolicy would take them back: the
+// defaults filled in are accepted as given (a Precision NewPolicy chose is
+// the one it would choose again; an exact limit keeps Precision 0).
+func (p *Policy) originalLimits() []Limit {
+	out := p.Limits()
+	for i := range out {
+		if p.algorithm != SlidingWindow {
+			out[i].Precision = 0
+		}
+		if p.algorithm != TokenBucket {
+			out[i].Burst = 0
+		}
+	}
+	return out
+}
 
 // FormatPeriod writes d compactly: "1s", "1m", "1h", "1d", "500ms", "90s".
 func FormatPeriod(d time.Duration) string {
@@ -370,16 +514,28 @@ type policyConfig struct {
 	algorithm Algorithm
 	precision int
 	burst     int64
+	block     time.Duration
 }
 
 // Named sets the policy's name (default DefaultPolicyName).
 func Named(name string) PolicyOption { return func(c *policyConfig) { c.name = name } }
 
+// BlockFor sets a penalty: once a request for a key is denied because a
+// limit has no room (not because its cost can never fit), the key stays
+// denied for d, under every limit of the policy: Retry-After and the
+// RateLimit header's t say so. The block is decided in the same store call
+// as the denial and lives with the key's counters, so it expires by itself;
+// a Reset of the key lifts it. A blocked request charges nothing. d must be
+// a whole number of microseconds up to MaxSpan; 0 (the default) means no
+// penalty. A block changes the policy's ID: the same limits with and
+// without a block never share counters.
+func BlockFor(d time.Duration) PolicyOption { return func(c *policyConfig) { c.block = d } }
+
 // WithAlgorithm sets the policy's algorithm (default SlidingWindow).
 func WithAlgorithm(a Algorithm) PolicyOption { return func(c *policyConfig) { c.algorithm = a } }
 
 // WithPrecision sets the sliding-window sub-buckets of every limit
-// (default DefaultPrecision).
+// (default: exact up to ExactRateMax, else DefaultPrecision).
 func WithPrecision(n int) PolicyOption { return func(c *policyConfig) { c.precision = n } }
 
 // WithBurst sets the token-bucket burst of every limit, in tokens (units
@@ -423,7 +579,7 @@ func ParsePolicy(s string, opts ...PolicyOption) (*Policy, error) {
 		}
 		limits = append(limits, l)
 	}
-	p, err := newPolicy(c.name, c.algorithm, limits)
+	p, err := newPolicy(c.name, c.algorithm, limits, c.block)
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: parse policy %q: %w", s, err)
 	}
@@ -501,4 +657,17 @@ func parsePeriod(s string) (time.Duration, error) {
 		return d, nil
 	}
 	return 0, fmt.Errorf("period %q: unknown unit (want ms, s, m, h, d, or a duration like 1m30s)", s)
+}
+
+// Reserves reports whether stores can reserve a place in line under p
+// (Reserver, Limiter.Wait): every limit is counted by an exact log
+// (SlidingLog; SlidingWindow limits up to ExactRateMax) or by the token
+// bucket, which can record an admission in the future.
+func (p *Policy) Reserves() bool {
+	for _, c := range p.counters {
+		if c != CounterLog && c != CounterToken {
+			return false
+		}
+	}
+	return true
 }

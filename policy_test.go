@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,14 @@ func TestNewPolicyValidation(t *testing.T) {
 		{"x", FixedWindow, []Limit{{Rate: 1, Period: time.Second, Precision: 2}}, "sliding window only"},
 		{"x", TokenBucket, []Limit{{Rate: 1, Period: time.Second, Burst: -3}}, "burst"},
 		{"x", SlidingWindow, []Limit{{Rate: 1, Period: time.Second + time.Nanosecond}}, "whole number of microseconds"},
-		{"x", TokenBucket, []Limit{{Rate: 1, Period: time.Hour, Burst: 3_000_000}}, "too long"},
+		{"x", TokenBucket, []Limit{{Rate: 1, Period: time.Hour, Burst: 3_000_000}}, "longer than"},
+		// 1/366d with burst 284 keeps a time of now + burst × interval,
+		// beyond 2^53 µs: rejected, since Lua would round it.
+		{"x", TokenBucket, []Limit{{Rate: 1, Period: MaxPeriod, Burst: 284}}, "lose precision"},
+		{"x", SlidingLog, []Limit{{Rate: MaxLogRate + 1, Period: time.Hour}}, "at most 1000"},
+		{"x", SlidingLog, []Limit{{Rate: 5, Period: time.Hour, Precision: 5}}, "sliding window only"},
+		{"x", SlidingWindowApprox, []Limit{{Rate: 5, Period: time.Hour, Burst: 5}}, "token bucket only"},
+		{"x", Algorithm(5), []Limit{PerSecond(1)}, "unknown algorithm"},
 		{"x", SlidingWindow, []Limit{{Rate: 1, Period: time.Second, Name: "a b"}}, "name"},
 		{"x", SlidingWindow, []Limit{{Rate: 1, Period: time.Second, Name: "n"}, {Rate: 1, Period: time.Minute, Name: "n"}}, "duplicate name"},
 	}
@@ -106,19 +114,37 @@ func TestNewPolicyValidation(t *testing.T) {
 func TestPolicyDefaults(t *testing.T) {
 	p := MustParsePolicy("10/s, 120/m, 240/h", Named("api"))
 	ls := p.Limits()
-	for i, want := range []string{"api-1s", "api-1m", "api-1h"} {
-		if ls[i].Name != want || ls[i].Precision != DefaultPrecision {
-			t.Errorf("limit %d: name %q precision %d, want %q and %d", i, ls[i].Name, ls[i].Precision, want, DefaultPrecision)
+	// 10/s is small enough to count exactly (a log); the others in
+	// DefaultPrecision sub-buckets.
+	for i, want := range []struct {
+		name      string
+		precision int
+		counter   Counter
+	}{{"api-1s", 0, CounterLog}, {"api-1m", DefaultPrecision, CounterBuckets}, {"api-1h", DefaultPrecision, CounterBuckets}} {
+		if ls[i].Name != want.name || ls[i].Precision != want.precision || p.Counter(i) != want.counter {
+			t.Errorf("limit %d: name %q precision %d counter %d, want %q, %d and %d", i, ls[i].Name, ls[i].Precision, p.Counter(i), want.name, want.precision, want.counter)
 		}
 	}
 	if p.String() != "10/1s, 120/1m, 240/1h" {
 		t.Errorf("String() = %q", p.String())
 	}
+	if p.Reserves() {
+		t.Error("a policy with sub-bucket limits says it can reserve")
+	}
+	if !MustParsePolicy("10/s, 30/m").Reserves() || !MustParsePolicy("100/s", WithAlgorithm(TokenBucket)).Reserves() {
+		t.Error("an exact or token-bucket policy says it cannot reserve")
+	}
+	if got := MustParsePolicy(fmt.Sprintf("%d/s", ExactRateMax+1)).Counter(0); got != CounterBuckets {
+		t.Errorf("rate ExactRateMax+1: counter %d, want sub-buckets", got)
+	}
+	if got := MustParsePolicy("5/s", WithPrecision(5)).Counter(0); got != CounterBuckets {
+		t.Errorf("a precision set: counter %d, want sub-buckets", got)
+	}
 	// A short period that the default precision cannot divide falls back
 	// to the largest precision that fits.
-	short := MustParsePolicy("5/7ms")
+	short := MustParsePolicy("50/7ms")
 	if got := short.Limit(0).Precision; got != 7 {
-		t.Errorf("5/7ms: precision %d, want 7", got)
+		t.Errorf("50/7ms: precision %d, want 7", got)
 	}
 	tb := MustParsePolicy("3/s", WithAlgorithm(TokenBucket))
 	if tb.Limit(0).Burst != 3 || tb.MaxCost() != 3 {
@@ -145,6 +171,61 @@ func TestPolicyDefaults(t *testing.T) {
 		}
 	}()
 	MustParsePolicy("nope")
+}
+
+// TestPolicyIDs: the fingerprint in a policy's ID is 64 bits, so policies
+// that differ in any way that matters to their counters never share them:
+// "18305/1h" and "63142/1h" (both named api) collided under the 32-bit
+// fingerprint of an earlier version.
+func TestPolicyIDs(t *testing.T) {
+	a, b := MustParsePolicy("18305/1h", Named("api")), MustParsePolicy("63142/1h", Named("api"))
+	if a.ID() == b.ID() {
+		t.Fatalf("18305/1h and 63142/1h share the ID %q", a.ID())
+	}
+	fp := strings.TrimPrefix(a.ID(), "api:")
+	if len(fp) != 16 {
+		t.Fatalf("ID %q: fingerprint of %d hex digits, want 16 (64 bits)", a.ID(), len(fp))
+	}
+	// Near-identical policies: every pair differs.
+	seen := map[string]string{}
+	add := func(desc string, p *Policy) {
+		if prev, dup := seen[p.ID()]; dup {
+			t.Errorf("%s and %s share the ID %q", desc, prev, p.ID())
+		}
+		seen[p.ID()] = desc
+	}
+	for rate := int64(1); rate <= 2000; rate++ {
+		add(fmt.Sprintf("%d/h", rate), MustParsePolicy(fmt.Sprintf("%d/h", rate), Named("api")))
+	}
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, SlidingLog, SlidingWindowApprox} {
+		add("100/m "+alg.String(), MustParsePolicy("100/m", Named("api"), WithAlgorithm(alg)))
+	}
+	add("100/m precision 5", MustParsePolicy("100/m", Named("api"), WithPrecision(5)))
+	add("100/m burst 7", MustParsePolicy("100/m", Named("api"), WithAlgorithm(TokenBucket), WithBurst(7)))
+	add("100/m block 1m", MustParsePolicy("100/m", Named("api"), BlockFor(time.Minute)))
+	add("100/m, 5/s", MustParsePolicy("100/m, 5/s", Named("api")))
+}
+
+// TestBlockForOption: BlockFor is validated and kept; WithBlockFor copies a
+// policy with a penalty and its own ID.
+func TestBlockForOption(t *testing.T) {
+	p := MustParsePolicy("5/15m", BlockFor(time.Hour), Named("login"))
+	if p.BlockFor() != time.Hour || p.TTL() < time.Hour {
+		t.Fatalf("BlockFor %s TTL %s, want 1h and a TTL covering it", p.BlockFor(), p.TTL())
+	}
+	for _, d := range []time.Duration{-time.Second, time.Nanosecond, MaxSpan + time.Microsecond} {
+		if _, err := ParsePolicy("5/m", BlockFor(d)); err == nil || !strings.Contains(err.Error(), "BlockFor") {
+			t.Errorf("BlockFor(%s): error %v", d, err)
+		}
+	}
+	base := MustParsePolicy("10/s, 120/m", Named("x"))
+	q, err := base.WithBlockFor(time.Minute)
+	if err != nil || q.BlockFor() != time.Minute || q.ID() == base.ID() || q.String() != base.String() {
+		t.Fatalf("WithBlockFor: %v %v, ids %q %q", q, err, q.ID(), base.ID())
+	}
+	if back, _ := q.WithBlockFor(0); back.ID() != base.ID() {
+		t.Fatalf("WithBlockFor(0) gives ID %q, want the original %q", back.ID(), base.ID())
+	}
 }
 
 // FuzzParsePolicy: any input gives a policy or an error, never a panic,

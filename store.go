@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,9 +43,23 @@ type Request struct {
 	// Cost is the weight of the request in units of Limit.Rate. 0 peeks:
 	// the Decision reports whether a request of cost 1 would be admitted
 	// and the current Remaining, and nothing is charged. Negative costs
-	// are rejected.
+	// are rejected. For Granter.TakeUpTo it is the most to grant.
 	Cost int64
+	// ID, when not empty, makes the request count once: a request whose ID
+	// was already charged under the same policy for a key, within the
+	// policy's longest Period, gets that first Decision again (Repeated
+	// set) and is charged nothing for that key; at most MaxRepeats times,
+	// after which a repeat is charged like any request, so reusing an ID is
+	// never a free pass. Only admitted requests are remembered: the retry
+	// of a denied request is decided afresh. Stores that do not know IDs
+	// ignore the field (repeats are then charged). The stores keep a hash
+	// of the ID, never the ID itself.
+	ID string
 }
+
+// MaxRepeats is how many times a request ID (Request.ID) is answered with
+// its first Decision without being charged again.
+const MaxRepeats = 3
 
 // Never is the RetryAfter of a request whose cost exceeds the capacity of a
 // limit (Rate, or Burst for the token bucket): it will never be admitted.
@@ -73,6 +88,142 @@ type Decision struct {
 	// Limits holds the state of every limit of the policy, in order, each
 	// for its most restrictive key.
 	Limits []LimitStatus
+	// Granted is the cost charged: the request's cost when admitted (or,
+	// for Granter.TakeUpTo, the part of it granted), 0 when denied or for a
+	// peek. A Repeated decision reports the first request's grant.
+	Granted int64
+	// Delay is how long the caller must wait before the admitted event may
+	// happen: 0 unless a Reserver reserved a place in line for it.
+	Delay time.Duration
+	// Repeated reports that the request's ID (Request.ID) was charged
+	// before: this is that first Decision again, and nothing was charged.
+	Repeated bool
+	// Receipt identifies the charge, for a refund (Refunder, Limiter.Refund);
+	// the zero Receipt when nothing was charged.
+	Receipt Receipt
+}
+
+// Receipt identifies one charge, so that it can be refunded exactly: a
+// refund takes back what that charge still counts and never touches another
+// request's charge. The zero Receipt stands for no charge. It is opaque to
+// callers; stores build it with NewReceipt and read it with its methods.
+// Copies of a Receipt share one claim (Claim), so that a charge is refunded
+// at most once in a process, whoever asks.
+type Receipt struct{ r *receipt }
+
+type receipt struct {
+	policy *Policy
+	keys   []string
+	cost   int64
+	marks  []int64
+	store  Store // the store that charged, set by the Limiter
+	done   atomic.Bool
+}
+
+// NewReceipt returns the Receipt of a charge of cost, under p, for keys
+// (which it keeps: do not modify them). marks are the store's own record of
+// the charge, read back by Marks; the memory and Redis stores keep, per
+// key, the time of the charge then one number per limit.
+func NewReceipt(p *Policy, keys []string, cost int64, marks []int64) Receipt {
+	return Receipt{&receipt{policy: p, keys: keys, cost: cost, marks: marks}}
+}
+
+// IsZero reports whether r stands for no charge.
+func (r Receipt) IsZero() bool { return r.r == nil }
+
+// Policy returns the policy the charge was made under (nil for the zero Receipt).
+func (r Receipt) Policy() *Policy {
+	if r.r == nil {
+		return nil
+	}
+	return r.r.policy
+}
+
+// Keys returns the keys charged.
+func (r Receipt) Keys() []string {
+	if r.r == nil {
+		return nil
+	}
+	return r.r.keys
+}
+
+// Cost returns the cost charged.
+func (r Receipt) Cost() int64 {
+	if r.r == nil {
+		return 0
+	}
+	return r.r.cost
+}
+
+// Marks returns the store's record of the charge (see NewReceipt).
+func (r Receipt) Marks() []int64 {
+	if r.r == nil {
+		return nil
+	}
+	return r.r.marks
+}
+
+// Claim reports whether this call is the first to claim r for a refund:
+// true once, false ever after (and for the zero Receipt), for r and all its
+// copies.
+func (r Receipt) Claim() bool {
+	return r.r != nil && r.r.done.CompareAndSwap(false, true)
+}
+
+// Claimed reports whether r was claimed already.
+func (r Receipt) Claimed() bool { return r.r != nil && r.r.done.Load() }
+
+func (r Receipt) withStore(s Store) {
+	if r.r != nil && r.r.store == nil {
+		r.r.store = s
+	}
+}
+
+func (r Receipt) madeBy() Store {
+	if r.r == nil {
+		return nil
+	}
+	return r.r.store
+}
+
+// The operations below are optional: a Store implements those it can, and
+// wrappers of stores (store.DenyCache) forward them. A Limiter asked for an
+// operation its store lacks returns an error wrapping errors.ErrUnsupported.
+
+// Resetter is implemented by stores that can forget keys' counters.
+type Resetter interface {
+	// Reset forgets the counters (and any BlockFor penalty) of keys under
+	// policy p, as if they had never been charged, in one round trip.
+	// Records of request IDs (Request.ID) are kept.
+	Reset(ctx context.Context, p *Policy, keys ...string) error
+}
+
+// Refunder is implemented by stores that can undo a charge.
+type Refunder interface {
+	// Refund takes back what the charge of r still counts, exactly: never
+	// below zero, never another charge's units. It does not Claim r: the
+	// caller decides whether the refund may happen (Limiter.Refund claims).
+	Refund(ctx context.Context, r Receipt) error
+}
+
+// Reserver is implemented by stores that can reserve a place in line.
+type Reserver interface {
+	// Reserve is Take for an event that may wait: when the policy's
+	// algorithm can record an admission in the future (the exact log of
+	// SlidingLog and of small SlidingWindow limits, and the token bucket:
+	// see Policy.Reserves) and every limit of every key has room by
+	// maxDelay from now, the request is admitted and charged as of that
+	// time, and Decision.Delay says how long to wait. Otherwise it is Take.
+	Reserve(ctx context.Context, req Request, maxDelay time.Duration) (Decision, error)
+}
+
+// Granter is implemented by stores that can grant part of a request.
+type Granter interface {
+	// TakeUpTo grants the largest cost ≤ req.Cost that every limit of every
+	// key can admit now, and charges exactly that (Decision.Granted; 0
+	// grants and charges nothing, and then the Decision denies, with the
+	// wait until a cost of 1 fits). req.Cost must be at least 1.
+	TakeUpTo(ctx context.Context, req Request) (Decision, error)
 }
 
 // LimitStatus is the state of one limit of the policy for one key.

@@ -1,77 +1,310 @@
--- take: check every limit for every key; only if all have room, charge all.
--- Preceded by one algorithm's check/report/charge functions.
--- KEYS: one hash per identity. ARGV: now (µs; 0 = read Redis TIME), cost,
--- then, unless the script opens with them baked in (TTL, NF, NL, P): ttl
--- (ms), number of fields, number of limits, then 4 numbers per limit.
--- Returns {allowed, then per key: time, then per limit: remaining, reset, retry}.
--- Lean on purpose: few tables, no per-limit tables, no string work but the
--- formatting of times.
-local tonumber, floor = tonumber, math.floor
+-- take: decide one request for every key; only if every limit of every key
+-- has room (or, reserving, will have by the maximum delay) charge them all.
+-- Mirrors store/engine.go (run) and the memory store's do. Preceded by
+-- counters.lua.
+-- KEYS: one hash per identity; then, when the request has an ID, one ID
+-- record (a hash: n repeats, e expiry µs, v the first answer) per identity.
+-- ARGV: now (µs; 0 = read Redis TIME), cost, mode ('1': grant up to cost),
+-- max delay (µs; > 0 reserves), resend ID ('' none), has ID ('1'), then,
+-- unless the script opens with them baked in: TTL (ms), NL, BLOCK (µs),
+-- IDTTL (µs), RES ('1' when every limit can reserve), 7 numbers per limit.
+-- Reply: {allowed, now, granted, release, flags (2: a key of another type
+-- was replaced), then per key: kind (0 decided, 1 charged, 2 answered by its
+-- ID record, 3 a resend of a charged call), at, then per limit: remaining,
+-- reset, retry, mark (the token bucket's TAT after a charge, else 0)}.
+local tonumber, floor, ceil, fmt, sub = tonumber, math.floor, math.ceil, string.format, string.sub
+local MAXREP = 3
 local now = tonumber(ARGV[1])
 if now == 0 then
   local tm = redis.call('TIME')
   now = tm[1] * 1000000 + tm[2]
 end
-local cost, ttl, nf, nl = tonumber(ARGV[2]), TTL, NF, NL
+local cost, upto, maxd, rid, hasid = tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
 if not P then
-  ttl, nf, nl, P = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), {}
-  for a = 1, 4 * nl do P[a] = tonumber(ARGV[5 + a]) end
+  TTL, NL, BLOCK, IDTTL, RES, P = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11] == '1', {}
+  for a = 1, 7 * NL do P[a] = tonumber(ARGV[11 + a]) end
 end
+local nk = #KEYS
+if hasid then nk = nk / 2 end
+
+-- Read each key's fields: its ID record first (a repeat is not decided
+-- again), then the fields the allow path needs; more load on demand.
+local S, REC, RECE, D, nd, flags = {}, {}, {}, {}, 0, 0
+for k = 1, nk do
+  if hasid then
+    local r = redis.call('HMGET', KEYS[nk + k], 'n', 'e', 'v')
+    local n, e = tonumber(r[1]) or 0, tonumber(r[2])
+    RECE[k] = e
+    if r[3] and e and e > now and n < MAXREP then
+      redis.call('HINCRBY', KEYS[nk + k], 'n', 1)
+      REC[k] = r[3]
+    end
+  end
+  if not REC[k] then
+    local f, ch, m = {1, 'b', 'l', 'r', 'x', 'd'}, {}, 6
+    for j = 0, 7 * (NL - 1), 7 do
+      local kind, off = P[j + 1], P[j + 6]
+      if kind == 0 then
+        local n1, kb = P[j + 4] + 1, floor(now / P[j + 3])
+        local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
+        f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], m = off, a, a + n1, b, b + n1, m + 5
+      elseif kind == 1 then
+        f[m + 1], m = off, m + 1
+        local nch = ceil(P[j + 2] / P[j + 7])
+        if nch <= 8 then
+          for c = 1, nch do f[m + 1], ch[m + 1], m = off + c, true, m + 1 end
+        end
+      elseif kind == 3 then
+        f[m + 1], m = off, m + 1
+      elseif kind == 2 then
+        f[m + 1], f[m + 2], m = off, off + 1, m + 2
+      else
+        f[m + 1], f[m + 2], f[m + 3], m = off, off + 1, off + 2, m + 3
+      end
+    end
+    local v = redis.pcall('HMGET', KEYS[k], unpack(f))
+    if v.err then
+      if not string.find(v.err, 'WRONGTYPE', 1, true) then return v end
+      -- Our own key under our prefix, overwritten with another type:
+      -- start it afresh rather than fail every request for it.
+      redis.log(redis.LOG_WARNING, 'ratelimit: ' .. KEYS[k] .. ' held another type; replaced with fresh counters')
+      redis.call('DEL', KEYS[k])
+      flags, v = 2, {}
+    end
+    local s = {}
+    s[1], s.b, s.l, s.r, s.x, s.d = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0, tonumber(v[5]) or 0, v[6]
+    for i = 7, m do
+      if ch[i] then s[f[i]] = v[i] or false else s[f[i]] = tonumber(v[i]) or 0 end
+    end
+    S[k] = s
+    nd = nd + 1
+    D[nd] = k
+  end
+end
+
 local c1 = cost
 if c1 == 0 then c1 = 1 end
-local nk = #KEYS
--- out: {allowed, per key: time, per limit: remaining, reset, retry}. The
--- check pass parks each limit's "used" in its remaining slot and its retry
--- in its retry slot; the second pass turns them into the reply.
-local out, allowed, S, s1 = {1}, true, nil, nil -- S: fields read per key, when several
-if nk > 1 then S = {} end
-local o = 2
-for k = 1, nk do
-  local s = fetch(KEYS[k], now, nf, P, nl)
-  local t = now
-  if s[1] > t then t = s[1] end
-  if S then S[k] = s else s1 = s end
-  out[o] = t
-  for j = 0, 4 * (nl - 1), 4 do
-    local u, r = check(s, t, P, j, c1, KEYS[k])
-    out[o + 1], out[o + 2], out[o + 3] = u, 0, r
-    if r ~= 0 then allowed = false end
-    o = o + 3
+
+-- A resend of a call that charged (go-redis retries a command whose reply
+-- was lost): charge nothing again. A plain take was admitted; a grant or a
+-- reservation is reported as not granted, since its answer is not kept.
+if rid ~= '' then
+  for x = 1, nd do
+    local d = S[D[x]].d
+    if d then
+      for q = 0, #d - 8, 8 do
+        if sub(d, q + 1, q + 8) == rid then
+          local plain = not upto and maxd == 0
+          local out = {0, now, 0, 0, flags}
+          if plain then out[1], out[3] = 1, cost end
+          for k = 1, nk do
+            local o = 6 + (k - 1) * (2 + 4 * NL)
+            local s = S[k]
+            out[o], out[o + 1] = 3, 0
+            for i = 0, NL - 1 do
+              local j, p = 7 * i, o + 2 + 4 * i
+              out[p], out[p + 1], out[p + 2], out[p + 3] = 0, 0, 0, 0
+              if s then
+                local t = now
+                if s[1] > t then t = s[1] end
+                out[o + 1] = t
+                local u, tot, av, r = evaluate(s, KEYS[k], j, t, c1)
+                local rem, reset = report(s, KEYS[k], j, t, u, tot, av, 0)
+                if plain then r = 0 end
+                out[p], out[p + 1], out[p + 2] = rem, reset, r
+              end
+            end
+          end
+          return out
+        end
+      end
+    end
   end
-  o = o + 1
+end
+
+-- Decide (store/engine.go, run).
+local EU, ET, EA, ER, T0, T = {}, {}, {}, {}, {}, {}
+local blocked = false
+for x = 1, nd do
+  local k = D[x]
+  local s = S[k]
+  local t0 = now
+  if s[1] > t0 then t0 = s[1] end
+  T0[k], T[k] = t0, t0
+  if s.b > t0 then blocked = true end
+end
+local granted = cost
+if upto then
+  for x = 1, nd do
+    local k = D[x]
+    for i = 0, NL - 1 do
+      local q = (k - 1) * NL + i + 1
+      EU[q], ET[q], EA[q], ER[q] = evaluate(S[k], KEYS[k], 7 * i, T0[k], 1)
+      if EA[q] < granted then granted = EA[q] end
+    end
+  end
+  if blocked then granted = 0 end
+  if granted > 0 then
+    c1 = granted
+    for x = 1, nd do
+      for i = 0, NL - 1 do ER[(D[x] - 1) * NL + i + 1] = 0 end
+    end
+  end
+else
+  for x = 1, nd do
+    local k = D[x]
+    for i = 0, NL - 1 do
+      local q = (k - 1) * NL + i + 1
+      EU[q], ET[q], EA[q], ER[q] = evaluate(S[k], KEYS[k], 7 * i, T0[k], c1)
+    end
+  end
+end
+local allowed = not blocked and (not upto or granted > 0)
+for x = 1, nd do
+  for i = 0, NL - 1 do
+    if ER[(D[x] - 1) * NL + i + 1] ~= 0 then allowed = false end
+  end
+end
+local release = 0
+if not allowed and maxd > 0 and cost > 0 and not upto and not blocked and RES and nd > 0 then
+  -- Reserve: admitted when the last limit has room, if within maxd.
+  local never = false
+  release = now
+  for x = 1, nd do
+    local k = D[x]
+    for i = 0, NL - 1 do
+      local r = ER[(k - 1) * NL + i + 1]
+      if r < 0 then never = true elseif T0[k] + r > release then release = T0[k] + r end
+    end
+  end
+  if not never and release - now <= maxd then
+    allowed = true
+    for x = 1, nd do
+      local k = D[x]
+      T[k] = release
+      for i = 0, NL - 1 do
+        local q = (k - 1) * NL + i + 1
+        EU[q], ET[q], EA[q], ER[q] = evaluate(S[k], KEYS[k], 7 * i, release, c1)
+      end
+    end
+  else
+    release = 0
+  end
 end
 local charged = 0
-if allowed then charged = cost else out[1] = 0 end
-o = 2
-for k = 1, nk do
-  local s = s1
-  if S then s = S[k] end
-  local t = out[o]
-  local sk = t - now -- > 0 when the clock stepped back: waits get longer by it
-  local w, wo
-  if charged > 0 then w, wo = {1, string.format('%d', t)}, 3 end
-  for j = 0, 4 * (nl - 1), 4 do
-    local used, retry = out[o + 1], out[o + 3]
-    local rem, reset = report(s, t, P, j, used, charged, KEYS[k])
-    if sk > 0 then
-      if retry > 0 then retry = retry + sk end
-      if reset > 0 then reset = reset + sk end
-    end
-    out[o + 1], out[o + 2], out[o + 3] = rem, reset, retry
-    if w then wo = charge(s, t, P, j, used, charged, w, wo, KEYS[k]) end
-    o = o + 3
+if allowed then
+  charged = cost
+  if upto then charged = granted end
+else
+  granted = 0
+end
+
+-- numbers splits an ID record's answer: granted, at, then per limit
+-- remaining, reset, retry.
+local function numbers(str)
+  local v, n = {}, 0
+  for x in string.gmatch(str, '%S+') do
+    n = n + 1
+    v[n] = tonumber(x)
   end
-  o = o + 1
-  if w then
-    -- The key must outlive this charge by ttl. Field x holds when it
-    -- expires; only when less than ttl is left is it pushed to 1.25 ttl,
-    -- so a busy key is refreshed once per quarter ttl, not every call.
-    if s[nf + 1] - t < ttl * 1000 then
-      w[wo], w[wo + 1] = 'x', string.format('%d', t + ttl * 1250)
-      redis.call('HSET', KEYS[k], unpack(w))
-      redis.call('PEXPIRE', KEYS[k], ttl + floor(ttl / 4))
-    else
-      redis.call('HSET', KEYS[k], unpack(w))
+  return v
+end
+local out = {1, now, charged, release, flags}
+if not allowed then out[1] = 0 end
+if nd == 0 then
+  -- Every key answered by its ID record: the first answer, as it was.
+  out[3] = numbers(REC[1])[1]
+end
+local ttl = TTL * 1000
+for k = 1, nk do
+  local o = 6 + (k - 1) * (2 + 4 * NL)
+  if REC[k] then
+    local v = numbers(REC[k])
+    out[o], out[o + 1] = 2, v[2]
+    for i = 0, NL - 1 do
+      local p = o + 2 + 4 * i
+      out[p], out[p + 1], out[p + 2], out[p + 3] = v[3 + 3 * i], v[4 + 3 * i], v[5 + 3 * i], 0
+    end
+  else
+    local s, key, t0, t = S[k], KEYS[k], T0[k], T[k]
+    out[o], out[o + 1] = 0, t
+    for i = 0, NL - 1 do
+      local q, p = (k - 1) * NL + i + 1, o + 2 + 4 * i
+      local rem, reset = report(s, key, 7 * i, t, EU[q], ET[q], EA[q], charged)
+      out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[q], 0
+    end
+    local w, wo, changed = {}, 1, false
+    if charged > 0 then
+      for i = 0, NL - 1 do
+        local q = (k - 1) * NL + i + 1
+        wo = charge(s, key, 7 * i, t, EU[q], ET[q], charged, w, wo)
+        if P[7 * i + 1] == 3 then out[o + 5 + 4 * i] = EU[q] + charged * P[7 * i + 3] end
+      end
+      w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
+      if t > t0 and t > s.r then w[wo], w[wo + 1], wo = 'r', fmt('%d', t), wo + 2 end
+      if rid ~= '' then
+        local d = (s.d or '') .. rid
+        if #d > 32 then d = sub(d, #d - 31) end
+        w[wo], w[wo + 1], wo = 'd', d, wo + 2
+      end
+      out[o] = 1
+      changed = true
+    end
+    -- Penalties: a running one denies and says how long it lasts; a
+    -- denial starts one on each key whose limits denied.
+    if s.b > t0 then
+      local p = o + 2 + 4 * s.l
+      local left = s.b - t0
+      if out[p + 2] >= 0 and out[p + 2] < left then out[p + 2] = left end
+      if out[p + 1] < left then out[p + 1] = left end
+      out[p] = 0
+    elseif not allowed and BLOCK > 0 and cost > 0 and not upto then
+      local worst
+      for i = 0, NL - 1 do
+        local r = out[o + 4 + 4 * i]
+        if r > 0 and (not worst or r > out[o + 4 + 4 * worst]) then worst = i end
+      end
+      if worst then
+        local p = o + 2 + 4 * worst
+        if out[p + 2] < BLOCK then out[p + 2] = BLOCK end
+        if out[p + 1] < BLOCK then out[p + 1] = BLOCK end
+        out[p] = 0
+        w[wo], w[wo + 1], w[wo + 2], w[wo + 3], wo = 'b', fmt('%d', t0 + BLOCK), 'l', worst, wo + 4
+        changed = true
+      end
+    end
+    if release == 0 and t0 > now then
+      local sk = t0 - now -- the clock stepped back: waits get longer by it
+      for i = 0, NL - 1 do
+        local p = o + 2 + 4 * i
+        if out[p + 2] > 0 then out[p + 2] = out[p + 2] + sk end
+        if out[p + 1] > 0 then out[p + 1] = out[p + 1] + sk end
+      end
+    end
+    if changed then
+      -- The key must outlive what it records by ttl; x says until when it
+      -- is kept. Only when that falls short is it pushed a quarter ttl
+      -- further, so a busy key's expiry is refreshed once per quarter ttl.
+      local need = t0 + ttl
+      if t > t0 then need = t + ttl end
+      if s.x < need then
+        local x = need + ttl / 4
+        w[wo], w[wo + 1], wo = 'x', fmt('%d', x), wo + 2
+        redis.call('HSET', key, unpack(w))
+        redis.call('PEXPIRE', key, ceil((x - now) / 1000) + 1)
+      else
+        redis.call('HSET', key, unpack(w))
+      end
+    end
+    if hasid and charged > 0 and not (RECE[k] and RECE[k] > now) then
+      local v = {charged, t}
+      for i = 0, NL - 1 do
+        local p = o + 2 + 4 * i
+        v[3 + 3 * i], v[4 + 3 * i], v[5 + 3 * i] = out[p], out[p + 1], out[p + 2]
+      end
+      for i = 1, #v do v[i] = fmt('%d', v[i]) end
+      redis.call('HSET', KEYS[nk + k], 'n', 0, 'e', fmt('%d', now + IDTTL), 'v', table.concat(v, ' '))
+      redis.call('PEXPIRE', KEYS[nk + k], ceil(IDTTL / 1000) + 1)
     end
   end
 end

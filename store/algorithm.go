@@ -1,179 +1,423 @@
 package store
 
-import "github.com/ratelimitkit/ratelimit"
+import (
+	"math"
+	"slices"
 
-// This file is the reference implementation of the three algorithms. The
-// Lua scripts in package lua mirror it line for line: the same state
-// layout, the same integer arithmetic (microseconds), the same order of
-// decisions. Tests hold the two to identical answers.
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// This file is the reference implementation of the counters. The Lua
+// scripts in package lua mirror it: the same state, the same integer
+// arithmetic (microseconds; the approximation's one weighted product in
+// IEEE doubles, computed in the same order), the same order of decisions.
+// Tests hold the two to identical answers.
 //
-// State of one identity under one policy is a flat array of integers:
-// field 0 is the time of the last charge (µs since the Unix epoch); each
-// limit then owns a run of fields starting at its offset:
-//   sliding window: the sum of the sub-buckets still counted at the last
-//                   charge, then n+1 sub-bucket counters, a ring indexed by
-//                   bucket % (n+1); the sum makes the allow path touch only
-//                   the sub-buckets that expired since the last charge
-//   fixed window:   the window index, and the cost counted in it
-//   token bucket:   the theoretical arrival time (TAT) of the next token
+// State of one identity under one policy is a flat array of integers.
+// Fields 0 to 3 belong to the identity:
+//
+//	fTime     the time of the last charge (µs since the Unix epoch); a
+//	          request is never evaluated at an earlier time, so a clock
+//	          that steps back makes waits longer, never shorter
+//	fBlock    when the penalty of BlockFor ends (µs), 0 when none
+//	fBlockLim the index of the limit the penalty reports
+//	fRelease  the release time of the latest reservation (µs), when it is
+//	          later than fTime (Limiter.Wait), 0 otherwise
+//
+// then each limit owns a run of fields starting at its offset:
+//
+//	CounterBuckets  the sum of the ring, then n+1 sub-bucket costs, then
+//	                n+1 offsets of each sub-bucket's latest admission within
+//	                it (a ring indexed by bucket % (n+1)); a sub-bucket stops
+//	                counting one Period after its latest admission
+//	CounterLog      the ring's oldest slot, then Rate slots: the times of the
+//	                last Rate units of cost, oldest first from that slot
+//	CounterFixed    the window index, and the cost counted in it
+//	CounterToken    the theoretical arrival time (TAT) of the next token
+//	CounterApprox   the window index, its cost, and the previous window's
+//
+// Redis keeps the same numbers in one hash (lua/*.lua name the fields;
+// a log's slots are packed 16 digits each into strings of a few slots).
 
-// param is one limit's arguments: capacity (Rate, or Burst for the token
-// bucket), width (sub-bucket, window, or emission interval, µs), n (number
-// of sub-buckets; 1 otherwise) and off (its first field).
-type param struct{ capacity, width, n, off int64 }
+// Identity fields.
+const (
+	fTime     = 0
+	fBlock    = 1
+	fBlockLim = 2
+	fRelease  = 3
+	fFirst    = 4 // the first limit's first field
+)
+
+// param is one limit's arguments.
+type param struct {
+	kind     ratelimit.Counter
+	capacity int64 // Rate, or Burst for the token bucket
+	width    int64 // µs: a sub-bucket (buckets), the emission interval (token), the period (others)
+	n        int64 // sub-buckets (buckets); 1 otherwise
+	period   int64 // µs
+	off      int   // first field in the memory store's layout
+}
 
 // params fills ps with the policy's per-limit arguments and returns them
-// with the number of fields the state takes.
+// with the number of fields the state takes in the memory store.
 func params(p *ratelimit.Policy, ps *[ratelimit.MaxLimits]param) ([]param, int) {
-	_, width, buckets, burst := p.Compiled()
-	alg := p.Algorithm()
-	off := int64(1)
+	period, width, buckets, burst := p.Compiled()
+	off := fFirst
 	for i := range width {
-		l := p.Limit(i)
-		pp := param{capacity: l.Rate, width: width[i], n: buckets[i], off: off}
-		switch alg {
-		case ratelimit.SlidingWindow:
-			off += buckets[i] + 2
-		case ratelimit.FixedWindow:
+		pp := param{kind: p.Counter(i), capacity: p.Limit(i).Rate, width: width[i], n: buckets[i], period: period[i], off: off}
+		switch pp.kind {
+		case ratelimit.CounterBuckets:
+			off += 1 + 2*int(pp.n+1)
+		case ratelimit.CounterLog:
+			off += 1 + int(pp.capacity)
+		case ratelimit.CounterFixed:
 			off += 2
-		case ratelimit.TokenBucket:
+		case ratelimit.CounterToken:
 			pp.capacity = burst[i]
 			off++
+		case ratelimit.CounterApprox:
+			off += 3
 		}
 		ps[i] = pp
 	}
-	return ps[:len(width)], int(off)
+	return ps[:len(width)], off
 }
 
-// check reports, for one limit of one identity at time t (already clamped
-// to be no earlier than the last charge), the cost in use and the retry
-// delay for a request of cost c: 0 when it fits, -1 when it never will.
-// For the token bucket "used" is the TAT clamped to t. A cost above the
+// reserves reports whether every limit can reserve a place in line: only
+// the log and the token bucket can record an admission in the future.
+func reserves(lim []param) bool {
+	for _, p := range lim {
+		if p.kind != ratelimit.CounterLog && p.kind != ratelimit.CounterToken {
+			return false
+		}
+	}
+	return true
+}
+
+// eval is one limit of one identity evaluated at a time t (never earlier
+// than the last charge) for a cost c.
+type eval struct {
+	// used: buckets, fixed: the cost counted; token: the TAT clamped to t;
+	// approx: the current window's cost. total: buckets: the ring's sum
+	// once the sub-buckets that left it are taken out; approx: the
+	// previous window's cost.
+	used, total int64
+	avail       int64 // the cost admissible at t (≥ 0)
+	retry       int64 // 0: c fits at t; -1: c never fits; else µs until it fits
+}
+
+// evaluate computes e for one limit at time t and cost c. A cost above the
 // capacity is answered before any arithmetic on it, so no cost, however
 // large, can overflow.
-func check(alg ratelimit.Algorithm, st []int64, t int64, p param, c int64) (used, retry int64) {
-	switch alg {
-	case ratelimit.SlidingWindow:
+func evaluate(st []int64, t int64, p *param, c int64) (e eval) {
+	switch p.kind {
+	case ratelimit.CounterLog:
+		e.avail = logAvail(st, p, t)
+		if c > p.capacity {
+			e.retry = -1
+		} else if free := logSlot(st, p, c-1) + p.period; free > t {
+			e.retry = free - t
+		}
+	case ratelimit.CounterBuckets:
 		w, n1 := p.width, p.n+1
-		k, h := t/w, st[0]/w
-		ring := st[p.off+1 : p.off+1+n1]
-		used = st[p.off]
-		if k-h >= n1 {
-			used = 0 // every sub-bucket has expired
-		} else {
-			// Buckets h-n .. k-n-1 left the window; their slots follow h's.
-			for i, j := int((h+1)%n1), h; j < k; j++ {
-				used -= ring[i]
-				if i++; i == len(ring) {
-					i = 0
+		k, h := t/w, st[fTime]/w
+		cnt, lat := st[p.off+1:p.off+1+int(n1)], st[p.off+1+int(n1):p.off+1+2*int(n1)]
+		if k-h < n1 {
+			// Buckets h-n .. k-n-1 left the ring; their slots follow h's.
+			e.total = st[p.off]
+			for b := h + 1; b <= k; b++ {
+				e.total -= cnt[b%n1]
+			}
+			e.used = e.total
+			// The edge bucket k-n counts until its latest admission + Period.
+			if s := (k + 1) % n1; cnt[s] != 0 && lat[s] <= t-k*w {
+				e.used -= cnt[s]
+			}
+		}
+		e.avail = p.capacity - e.used
+		switch {
+		case c > p.capacity:
+			e.retry = -1
+		case e.used+c > p.capacity:
+			// Counted buckets, oldest first, free up one Period after their
+			// latest admission: k-n (unless it left already) .. h.
+			need, freed := e.used+c-p.capacity, int64(0)
+			for b := k - p.n; b <= h; b++ {
+				s := b % n1
+				if cnt[s] == 0 || b == k-p.n && lat[s] <= t-k*w {
+					continue
+				}
+				if freed += cnt[s]; freed >= need {
+					e.retry = (b+p.n)*w + lat[s] - t
+					break
 				}
 			}
 		}
-		if c > p.capacity {
-			return used, -1
+	case ratelimit.CounterFixed:
+		if st[p.off] == t/p.width {
+			e.used = st[p.off+1]
 		}
-		if used+c <= p.capacity {
-			return used, 0
+		e.avail = p.capacity - e.used
+		switch {
+		case c > p.capacity:
+			e.retry = -1
+		case e.used+c > p.capacity:
+			e.retry = (t/p.width+1)*p.width - t
 		}
-		// Denied: the buckets still counted, k-n .. h, free up in order.
-		need, freed := used+c-p.capacity, int64(0)
-		for i, j := int((k+1)%n1), k-p.n; j <= h; j++ {
-			if freed += ring[i]; freed >= need {
-				return used, (j+n1)*w - t
-			}
-			if i++; i == len(ring) {
-				i = 0
-			}
-		}
-		return used, -1 // unreachable: need <= used
-	case ratelimit.FixedWindow:
-		win := t / p.width
-		if st[p.off] == win {
-			used = st[p.off+1]
+	case ratelimit.CounterToken:
+		e.used = max(st[p.off], t)
+		limit := p.capacity * p.width // ≤ MaxSpan: NewPolicy bounds burst × interval
+		if x := limit - (e.used - t); x > 0 {
+			e.avail = x / p.width
 		}
 		if c > p.capacity {
-			return used, -1
+			e.retry = -1
+		} else if next := e.used + c*p.width - t; next > limit {
+			e.retry = next - limit
 		}
-		if used+c <= p.capacity {
-			return used, 0
+	case ratelimit.CounterApprox:
+		e.used, e.total = approxWindows(st, p, t)
+		e.avail = approxAvail(p, t, e.used, e.total)
+		switch {
+		case c > p.capacity:
+			e.retry = -1
+		case c > e.avail:
+			e.retry = approxRetry(st, p, t, e, c)
 		}
-		return used, (win+1)*p.width - t
-	default: // TokenBucket
-		tat := max(st[p.off], t)
-		if c > p.capacity {
-			return tat, -1
-		}
-		limit := p.capacity * p.width // ≤ 2^53: NewPolicy bounds burst × interval
-		next := tat + c*p.width - t
-		if next <= limit {
-			return tat, 0
-		}
-		return tat, next - limit
 	}
+	return e
 }
 
-// report computes remaining and reset for one limit after the decision:
-// charged is the cost just charged (0 when nothing was).
-func report(alg ratelimit.Algorithm, st []int64, t int64, p param, used, charged int64) (rem, reset int64) {
-	switch alg {
-	case ratelimit.SlidingWindow:
-		w, n1 := p.width, p.n+1
-		rem = p.capacity - used - charged
-		if charged > 0 {
-			return rem, (t/w+n1)*w - t
+// report computes the remaining cost and the time until the whole quota is
+// back for one limit evaluated at t (e), after charging ch at t.
+func report(st []int64, t int64, p *param, e *eval, ch int64) (rem, reset int64) {
+	rem = e.avail - ch
+	switch p.kind {
+	case ratelimit.CounterLog:
+		newest := t
+		if ch == 0 {
+			newest = logSlot(st, p, p.capacity-1)
 		}
-		if used == 0 {
+		reset = max(newest+p.period-t, 0)
+	case ratelimit.CounterBuckets:
+		if ch > 0 {
+			return rem, p.period // its latest admission is now
+		}
+		w, n1 := p.width, p.n+1
+		k, h := t/w, st[fTime]/w
+		cnt, lat := st[p.off+1:p.off+1+int(n1)], st[p.off+1+int(n1):p.off+1+2*int(n1)]
+		if k-h >= n1 {
 			return rem, 0
 		}
-		// The newest non-empty bucket still counted frees up last.
-		k, h := t/w, st[0]/w
-		ring := st[p.off+1 : p.off+1+n1]
-		for i, j := int(h%n1), h; j >= k-p.n; j-- {
-			if ring[i] != 0 {
-				return rem, (j+n1)*w - t
+		for b := h; b >= k-p.n; b-- {
+			s := b % n1
+			if cnt[s] == 0 || b == k-p.n && lat[s] <= t-k*w {
+				continue
 			}
-			if i--; i < 0 {
-				i = len(ring) - 1
-			}
+			return rem, (b+p.n)*w + lat[s] - t
 		}
-		return rem, 0
-	case ratelimit.FixedWindow:
-		rem = p.capacity - used - charged
-		if used+charged > 0 {
+	case ratelimit.CounterFixed:
+		if e.used+ch > 0 {
 			reset = (t/p.width+1)*p.width - t
 		}
-		return rem, reset
-	default: // TokenBucket: used is the clamped TAT
-		tat := used + charged*p.width
-		return (p.capacity*p.width - (tat - t)) / p.width, tat - t
+	case ratelimit.CounterToken:
+		tat := e.used + ch*p.width
+		rem = 0
+		if x := p.capacity*p.width - (tat - t); x > 0 {
+			rem = x / p.width
+		}
+		reset = tat - t
+	case ratelimit.CounterApprox:
+		k := t / p.width
+		if e.used+ch > 0 {
+			reset = (k+2)*p.width - t
+		} else if e.total > 0 {
+			reset = (k+1)*p.width - t
+		}
+	}
+	return rem, reset
+}
+
+// charge adds cost c to one limit's fields at time t (e is its evaluation
+// at t). Field fTime is set by the caller once every limit is charged.
+func charge(st []int64, t int64, p *param, e *eval, c int64) {
+	switch p.kind {
+	case ratelimit.CounterLog:
+		ptr := st[p.off]
+		for i := int64(0); i < c; i++ {
+			st[p.off+1+int((ptr+i)%p.capacity)] = t
+		}
+		st[p.off] = (ptr + c) % p.capacity
+	case ratelimit.CounterBuckets:
+		w, n1 := p.width, p.n+1
+		k, h := t/w, st[fTime]/w
+		cnt, lat := st[p.off+1:p.off+1+int(n1)], st[p.off+1+int(n1):p.off+1+2*int(n1)]
+		if k-h >= n1 {
+			clear(cnt)
+			clear(lat)
+		} else {
+			for b := h + 1; b <= k; b++ {
+				cnt[b%n1], lat[b%n1] = 0, 0
+			}
+		}
+		cnt[k%n1] += c
+		lat[k%n1] = t - k*w
+		st[p.off] = e.total + c
+	case ratelimit.CounterFixed:
+		st[p.off] = t / p.width
+		st[p.off+1] = e.used + c
+	case ratelimit.CounterToken:
+		st[p.off] = e.used + c*p.width
+	case ratelimit.CounterApprox:
+		st[p.off], st[p.off+1], st[p.off+2] = t/p.width, e.used+c, e.total
 	}
 }
 
-// charge adds cost c to one limit's fields at time t. Stale sub-buckets of
-// the sliding window are zeroed first. Field 0 (the last charge time) is
-// set by the caller after every limit is charged.
-func charge(alg ratelimit.Algorithm, st []int64, t int64, p param, used, c int64) {
-	switch alg {
-	case ratelimit.SlidingWindow:
-		w, n1 := p.width, p.n+1
-		k, h := t/w, st[0]/w
-		ring := st[p.off+1 : p.off+1+n1]
-		if k-h >= n1 {
-			clear(ring) // every sub-bucket is stale
-		} else {
-			for i, j := int((h+1)%n1), h+1; j <= k; j++ {
-				ring[i] = 0
-				if i++; i == len(ring) {
-					i = 0
-				}
-			}
+// refund undoes, as far as it still counts at now, a charge of cost c made
+// at time at on one limit, never below zero and never un-charging another
+// charge's units. tat is the token bucket's TAT right after that charge.
+func refund(st []int64, now, at int64, p *param, c, tat int64) {
+	switch p.kind {
+	case ratelimit.CounterLog:
+		if at+p.period > now { // else it counts no more: nothing to undo
+			refundLog(st, at, p, c)
 		}
-		ring[k%n1] += c
-		st[p.off] = used + c
-	case ratelimit.FixedWindow:
-		st[p.off] = t / p.width
-		st[p.off+1] = used + c
-	default:
-		st[p.off] = used + c*p.width
+	case ratelimit.CounterBuckets:
+		n1 := p.n + 1
+		b, h := at/p.width, st[fTime]/p.width
+		if b <= h && b > h-n1 {
+			s := p.off + 1 + int(b%n1)
+			back := min(c, st[s])
+			st[s] -= back
+			st[p.off] -= back
+		}
+	case ratelimit.CounterFixed:
+		if st[p.off] == at/p.width {
+			st[p.off+1] -= min(c, st[p.off+1])
+		}
+	case ratelimit.CounterToken:
+		// The charge still counts by at least TAT-after-it minus the
+		// release time of the latest charge since (the debt it added can
+		// only have run out between charges), and by at most its own cost.
+		last := max(st[fRelease], st[fTime])
+		st[p.off] -= min(c*p.width, max(tat-last, 0))
+	case ratelimit.CounterApprox:
+		switch k := at / p.width; st[p.off] {
+		case k:
+			st[p.off+1] -= min(c, st[p.off+1])
+		case k + 1:
+			st[p.off+2] -= min(c, st[p.off+2])
+		}
 	}
+}
+
+// logSlot returns the time of the i-th oldest unit of a log.
+func logSlot(st []int64, p *param, i int64) int64 {
+	return st[p.off+1+int((st[p.off]+i)%p.capacity)]
+}
+
+// logAvail counts the units of a log that stopped counting by t: its
+// oldest units, found by binary search (times grow from the oldest slot).
+func logAvail(st []int64, p *param, t int64) int64 {
+	lo, hi := int64(0), p.capacity
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if logSlot(st, p, mid)+p.period <= t {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// refundLog takes c units charged at time at out of a log. The units they
+// had replaced are gone, so units of time newest-Period stand in for them:
+// every unit a log has forgotten was at least one Period older than the
+// charge that replaced it, and so no newer than that.
+func refundLog(st []int64, at int64, p *param, c int64) {
+	r := p.capacity
+	ring := make([]int64, r)
+	found, newest := int64(0), int64(0)
+	for i := range ring {
+		ring[i] = logSlot(st, p, int64(i))
+		if ring[i] == at {
+			found++
+		}
+		newest = max(newest, ring[i])
+	}
+	take := min(c, found)
+	if take == 0 {
+		return
+	}
+	stand := newest - p.period
+	out := ring[:0]
+	for _, v := range ring {
+		if v == at && take > 0 {
+			take--
+			continue
+		}
+		out = append(out, v)
+	}
+	for len(out) < int(r) {
+		out = append(out, stand)
+	}
+	slices.Sort(out)
+	st[p.off] = 0
+	copy(st[p.off+1:p.off+1+int(r)], out)
+}
+
+// approxWindows returns the approximation's current and previous window
+// costs as seen at t.
+func approxWindows(st []int64, p *param, t int64) (cur, prev int64) {
+	switch k := t / p.width; st[p.off] {
+	case k:
+		return st[p.off+1], st[p.off+2]
+	case k - 1:
+		return 0, st[p.off+1]
+	}
+	return 0, 0
+}
+
+// approxAvail is the cost the approximation admits at t: the largest a
+// with prev × (Period − elapsed)/Period + cur + a ≤ capacity. The weighted
+// product is the one computation in doubles; the Lua script does the same
+// operations in the same order, so both round alike.
+func approxAvail(p *param, t, cur, prev int64) int64 {
+	e := t - t/p.width*p.width
+	est := float64(float64(prev)*float64(p.width-e)) / float64(p.width)
+	a := math.Floor(float64(p.capacity-cur) - est)
+	if a < 0 {
+		return 0
+	}
+	return int64(a)
+}
+
+// approxRetry finds the least wait after which cost c fits, if nothing is
+// charged meanwhile: a guess from the closed form, then corrected one
+// microsecond at a time against approxAvail itself, so that waiting the
+// answer is enough and one microsecond less is not.
+func approxRetry(st []int64, p *param, t int64, e eval, c int64) int64 {
+	P := p.width
+	k := t / P
+	fits := func(x int64) bool {
+		cur, prev := approxWindows(st, p, x)
+		return approxAvail(p, x, cur, prev) >= c
+	}
+	var x int64
+	if m := p.capacity - e.used - c; m >= 0 && e.total > 0 {
+		x = k*P + int64(math.Ceil(float64(P)-float64(m)*float64(P)/float64(e.total)))
+	} else if e.used > 0 {
+		x = (k+1)*P + int64(math.Ceil(float64(P)-float64(p.capacity-c)*float64(P)/float64(e.used)))
+	} else {
+		x = (k + 1) * P
+	}
+	x = min(max(x, t+1), (k+2)*P)
+	for i := 0; i < 64 && !fits(x); i++ {
+		x++
+	}
+	for i := 0; i < 64 && x > t+1 && fits(x-1); i++ {
+		x--
+	}
+	return x - t
 }

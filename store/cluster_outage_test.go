@@ -13,7 +13,6 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/redistest"
-	"github.com/ratelimitkit/ratelimit/lua"
 )
 
 // honoringClient returns a client of cl that enforces context deadlines on
@@ -87,7 +86,7 @@ func (h stallRefunds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func TestClusterStalledRefund(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	client := honoringClient(t, cl)
-	client.AddHook(stallRefunds{sha: redis.NewScript(lua.RefundSliding).Hash()})
+	client.AddHook(stallRefunds{sha: refundScript.Hash()})
 	st, err := NewRedis(client)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@
 package store
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -19,6 +21,34 @@ const MaxKeys = ratelimit.MaxKeys
 // ErrInvalidRequest is ratelimit.ErrInvalidRequest, wrapped by the errors
 // Take returns for a malformed Request.
 var ErrInvalidRequest = ratelimit.ErrInvalidRequest
+
+// validateKeys checks the policy and keys of an operation other than Take.
+func validateKeys(p *ratelimit.Policy, keys []string) error {
+	return validate(&ratelimit.Request{Policy: p, Keys: keys})
+}
+
+// checkReceipt returns what a refund needs from r, or an error when r was
+// not made by these stores' rules (nil policy for the zero Receipt).
+func checkReceipt(r ratelimit.Receipt) (*ratelimit.Policy, []string, []int64, error) {
+	if r.IsZero() {
+		return nil, nil, nil, nil
+	}
+	p, keys, marks := r.Policy(), r.Keys(), r.Marks()
+	if err := validateKeys(p, keys); err != nil {
+		return nil, nil, nil, err
+	}
+	if len(marks) != len(keys)*(1+p.NumLimits()) || r.Cost() < 0 {
+		return nil, nil, nil, fmt.Errorf("ratelimit/store: %w: receipt with %d marks for %d keys and %d limits", ErrInvalidRequest, len(marks), len(keys), p.NumLimits())
+	}
+	return p, keys, marks, nil
+}
+
+// idHash stands for a request ID in the stores: 96 bits of its SHA-256, in
+// hex, so that no ID of any length or content reaches a key as it is.
+func idHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:12])
+}
 
 func validate(req *ratelimit.Request) error {
 	switch {

@@ -2,55 +2,87 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 )
 
-var _ ratelimit.Store = (*DenyCache)(nil)
+var (
+	_ ratelimit.Store    = (*DenyCache)(nil)
+	_ ratelimit.Resetter = (*DenyCache)(nil)
+	_ ratelimit.Refunder = (*DenyCache)(nil)
+	_ ratelimit.Reserver = (*DenyCache)(nil)
+	_ ratelimit.Granter  = (*DenyCache)(nil)
+)
+
+// DefaultDenyCacheMaxHold is how long the deny cache holds a denial at
+// most, unless WithDenyCacheMaxHold says otherwise.
+const DefaultDenyCacheMaxHold = time.Second
 
 // DenyCache wraps a Store and remembers its denials, so a client that keeps
 // knocking after a 429 costs nothing but a map lookup: once the store says
 // a key must wait RetryAfter for cost c, requests under the same policy
 // whose keys include that key and whose cost is c are denied in process
-// until then, with the same (exact) RetryAfter, without asking the store
-// (0 Redis commands). A larger cost would be denied too, but may have to
-// wait longer than the cached answer says, so it goes to the store; so do
-// smaller costs.
+// until then (but for at most the maximum hold, WithDenyCacheMaxHold, 1s by
+// default), with the same (exact) RetryAfter, without asking the store (0
+// Redis commands). A larger cost would be denied too, but may have to wait
+// longer than the cached answer says, so it goes to the store; so do
+// smaller costs, peeks (cost 0), requests with an ID (Request.ID), requests
+// of several keys under a policy with a penalty (BlockFor: the store starts
+// one for each key that denied), and requests the cache knows nothing about.
 //
-// It never admits what the store would deny: it only ever answers "denied",
-// and only while the store's own answer says no room can have appeared
-// (counters only free up with time, and the wait is measured from when the
-// answer arrived, which is after the store computed it). A request the
-// store admits drops its keys' cached denials, since a charge makes their
-// waits longer. What it cannot see: if other servers admit requests of a
-// smaller cost for the same key meanwhile, the true wait for the cached
-// cost grows, and a client that retries at the cached Retry-After gets
-// another 429 with the new wait; with one cost per route (the usual case)
-// that cannot happen. It may also deny a little longer than the store
-// would, by the store's response latency, or after a Redis Cluster refund
-// frees room early. Requests of cost 0 (peeks)
-// and requests the cache knows nothing about go to the store.
+// It never admits what the store would deny: it only ever answers "denied".
+// Waits are measured on the process's monotonic clock from when the
+// store's answer arrived (after the store computed it), so a change of the
+// wall clock cannot stretch them; a clock that reads earlier than an
+// entry's arrival drops the entry. A request the store admits, a Reset and
+// a Refund through the cache drop their keys' cached denials, since they
+// change the keys' waits.
+//
+// What it cannot see: a Reset, a refund or a Cluster refund made by another
+// process (or behind the cache's back) frees room early, and other
+// processes' charges of a smaller cost for the same key make the true wait
+// longer. So a cached denial may deny up to the maximum hold (and the
+// store's response latency) longer than the store would; and a client that
+// retries at the cached Retry-After may get another 429 with the new wait.
+// The maximum hold bounds the first: after a Reset anywhere, every
+// process's cache agrees with the store within it.
 //
 // The cache holds at most a fixed number of keys (WithDenyCacheSize);
-// entries leave when their wait is over or, when it is full, the one
-// closest to expiry among a few sampled goes first. Safe for concurrent use.
+// entries leave when their hold is over or, when it is full, the one
+// closest to expiry among a few sampled goes first. Keys longer than 128
+// bytes are held as a 128-bit hash, as the stores hold them. Safe for
+// concurrent use. It forwards the optional operations (Reset, Refund,
+// Reserve, TakeUpTo) to the wrapped store, and returns an error wrapping
+// errors.ErrUnsupported when that store lacks one.
 type DenyCache struct {
-	inner  ratelimit.Store
-	now    func() time.Time
-	seed   maphash.Seed
-	shards [64]shard[*denial]
-	max    int // per shard
+	inner   ratelimit.Store
+	now     func() time.Time
+	seed    maphash.Seed
+	shards  [64]shard[*denial]
+	max     int           // per shard
+	maxHold time.Duration // how long one answer is held at most
 }
 
-// denial is a cached store answer: the key may not spend cost until until
-// (Unix ns, local clock).
+// denial is a cached store answer, arrived at at: the key may not spend
+// cost for wait after that; the entry is held for hold (≤ wait). Elapsed
+// time is a difference of two clock readings (monotonic for time.Now).
 type denial struct {
-	until, at int64 // at: when the answer arrived
-	cost      int64
-	d         ratelimit.Decision // with Key and Limits[].Key set to 0 (this key)
+	at         time.Time
+	wait, hold time.Duration
+	cost       int64
+	d          ratelimit.Decision // with Key and Limits[].Key set to 0 (this key)
 }
+
+// base orders the deny cache's entries for eviction (the one that expires
+// first goes first): its readings and entries' arrival times are compared
+// by Sub, monotonic for time.Now.
+var base = time.Now()
+
+func denialExpires(e *denial) int64 { return int64(e.at.Sub(base) + e.hold) }
 
 // DenyCacheOption configures NewDenyCache.
 type DenyCacheOption func(*DenyCache)
@@ -61,7 +93,20 @@ func WithDenyCacheSize(n int) DenyCacheOption {
 	return func(c *DenyCache) { c.max = max(n/len(c.shards), 1) }
 }
 
+// WithDenyCacheMaxHold bounds how long one answer of the store is held
+// (default DefaultDenyCacheMaxHold, 1s): after that the next request asks
+// the store again. It is how much longer than the store a cached denial can
+// deny after a Reset or refund made elsewhere. d ≤ 0 means the default.
+func WithDenyCacheMaxHold(d time.Duration) DenyCacheOption {
+	return func(c *DenyCache) {
+		if d > 0 {
+			c.maxHold = d
+		}
+	}
+}
+
 // WithDenyCacheClock sets the clock (default time.Now); tests drive it.
+// Waits are differences of its readings (monotonic for time.Now).
 func WithDenyCacheClock(now func() time.Time) DenyCacheOption {
 	return func(c *DenyCache) {
 		if now != nil {
@@ -72,7 +117,7 @@ func WithDenyCacheClock(now func() time.Time) DenyCacheOption {
 
 // NewDenyCache returns inner with a cache of its denials in front.
 func NewDenyCache(inner ratelimit.Store, opts ...DenyCacheOption) *DenyCache {
-	c := &DenyCache{inner: inner, now: time.Now, seed: maphash.MakeSeed()}
+	c := &DenyCache{inner: inner, now: time.Now, seed: maphash.MakeSeed(), maxHold: DefaultDenyCacheMaxHold}
 	c.max = 65536 / len(c.shards)
 	for _, o := range opts {
 		o(c)
@@ -87,49 +132,102 @@ func (c *DenyCache) shard(k string) *shard[*denial] {
 	return &c.shards[maphash.String(c.seed, k)%uint64(len(c.shards))]
 }
 
+func cacheKey(pid, k string) memKey {
+	if len(k) > maxPlainKey {
+		return memKey{policy: pid, key: hashedKey(k), hashed: true}
+	}
+	return memKey{policy: pid, key: k}
+}
+
 // Take implements ratelimit.Store.
 func (c *DenyCache) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	if req.Cost > 0 && req.Policy != nil {
-		now := c.now().UnixNano()
-		pid := req.Policy.ID()
-		for ki, k := range req.Keys {
-			sh := c.shard(k)
-			sh.mu.Lock()
-			e, ok := sh.m[memKey{policy: pid, key: k}]
-			if ok && now >= e.until {
-				delete(sh.m, memKey{policy: pid, key: k})
-				ok = false
-			}
-			var d ratelimit.Decision
-			if ok && req.Cost == e.cost {
-				d = e.replay(now, ki)
-			}
-			sh.mu.Unlock()
-			if ok && req.Cost == e.cost {
-				return d, nil
-			}
+	// Under a penalty (BlockFor), a denial of several keys may start a
+	// penalty for each: only the store can tell, so only single keys are
+	// answered from the cache.
+	if req.Cost > 0 && req.Policy != nil && req.ID == "" && (req.Policy.BlockFor() == 0 || len(req.Keys) == 1) {
+		if d, ok := c.lookup(req); ok {
+			return d, nil
 		}
 	}
 	d, err := c.inner.Take(ctx, req)
-	if err == nil && d.Allowed && req.Cost > 0 && req.Policy != nil {
-		// A charge makes the keys' cached waits too short: forget them.
-		c.forget(req)
+	return c.after(req, d, err, true)
+}
+
+// lookup answers req from a cached denial of one of its keys.
+func (c *DenyCache) lookup(req ratelimit.Request) (ratelimit.Decision, bool) {
+	now := c.now()
+	pid := req.Policy.ID()
+	for ki, k := range req.Keys {
+		sh := c.shard(k)
+		mk := cacheKey(pid, k)
+		sh.mu.Lock()
+		e, ok := sh.m[mk]
+		var elapsed time.Duration
+		if ok {
+			elapsed = now.Sub(e.at)
+			if elapsed >= e.hold || elapsed < 0 { // over, or the clock went back
+				delete(sh.m, mk)
+				ok = false
+			}
+		}
+		var d ratelimit.Decision
+		hit := ok && req.Cost == e.cost
+		if hit {
+			d = e.replay(elapsed, ki)
+		}
+		sh.mu.Unlock()
+		if hit {
+			return d, true
+		}
 	}
-	if err != nil || d.Allowed || req.Cost == 0 || d.RetryAfter <= 0 || d.Key < 0 || d.Key >= len(req.Keys) {
+	return ratelimit.Decision{}, false
+}
+
+// after checks the inner store's answer and keeps the cache in step with it.
+func (c *DenyCache) after(req ratelimit.Request, d ratelimit.Decision, err error, cacheable bool) (ratelimit.Decision, error) {
+	if err != nil {
 		return d, err
 	}
-	c.remember(req, d)
+	if err := validDecision(d, req); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if (d.Granted > 0 || d.Allowed && req.Cost > 0) && req.Policy != nil {
+		// A charge makes the keys' cached waits too short: forget them.
+		c.forget(req.Policy.ID(), req.Keys)
+	}
+	if cacheable && !d.Allowed && req.Cost > 0 && req.ID == "" && d.RetryAfter > 0 {
+		c.remember(req, d)
+	}
 	return d, nil
 }
 
-// forget drops the cached denials of req's keys under its policy.
-func (c *DenyCache) forget(req ratelimit.Request) {
-	pid := req.Policy.ID()
-	for _, k := range req.Keys {
+// validDecision reports a Decision of the inner store that points outside
+// its Request, so a faulty store cannot make the cache (or the headers)
+// index out of range.
+func validDecision(d ratelimit.Decision, req ratelimit.Request) error {
+	if req.Policy == nil {
+		return nil // the inner store answered a request it should have rejected
+	}
+	n := req.Policy.NumLimits()
+	if d.Limit < 0 || d.Limit >= n || d.Key < 0 || d.Key >= len(req.Keys) || len(d.Limits) != 0 && len(d.Limits) != n {
+		return fmt.Errorf("ratelimit/store: deny cache: invalid decision from the wrapped store: limit %d, key %d, %d limit states for %d limits and %d keys",
+			d.Limit, d.Key, len(d.Limits), n, len(req.Keys))
+	}
+	for i, l := range d.Limits {
+		if l.Key < 0 || l.Key >= len(req.Keys) {
+			return fmt.Errorf("ratelimit/store: deny cache: invalid decision from the wrapped store: limit %d names key %d of %d", i, l.Key, len(req.Keys))
+		}
+	}
+	return nil
+}
+
+// forget drops the cached denials of keys under policy pid.
+func (c *DenyCache) forget(pid string, keys []string) {
+	for _, k := range keys {
 		sh := c.shard(k)
 		sh.mu.Lock()
 		if len(sh.m) > 0 {
-			delete(sh.m, memKey{policy: pid, key: k})
+			delete(sh.m, cacheKey(pid, k))
 		}
 		sh.mu.Unlock()
 	}
@@ -137,9 +235,10 @@ func (c *DenyCache) forget(req ratelimit.Request) {
 
 // remember caches a denial for the key that caused it.
 func (c *DenyCache) remember(req ratelimit.Request, d ratelimit.Decision) {
-	now := c.now().UnixNano()
-	e := &denial{until: now + int64(d.RetryAfter), at: now, cost: req.Cost, d: d}
+	now := c.now()
+	e := &denial{at: now, wait: d.RetryAfter, hold: min(d.RetryAfter, c.maxHold), cost: req.Cost, d: d}
 	e.d.Key = 0
+	e.d.Receipt = ratelimit.Receipt{}
 	e.d.Limits = make([]ratelimit.LimitStatus, len(d.Limits))
 	for i, l := range d.Limits {
 		if l.Key != d.Key { // another key's state: not this key's to replay
@@ -157,21 +256,18 @@ func (c *DenyCache) remember(req ratelimit.Request, d ratelimit.Decision) {
 	sh := c.shard(k)
 	sh.mu.Lock()
 	if len(sh.m) >= c.max {
-		sh.evictSample(now, denialExpires)
+		sh.evictSample(int64(now.Sub(base)), denialExpires, nil)
 	}
-	sh.m[memKey{policy: req.Policy.ID(), key: k}] = e
+	sh.m[cacheKey(req.Policy.ID(), k)] = e
 	sh.mu.Unlock()
 }
 
-func denialExpires(e *denial) int64 { return e.until }
-
-// replay returns the cached decision as seen now, for the key at index ki
-// of the new request.
-func (e *denial) replay(now int64, ki int) ratelimit.Decision {
-	elapsed := time.Duration(now - e.at)
+// replay returns the cached decision as seen elapsed after it arrived, for
+// the key at index ki of the new request.
+func (e *denial) replay(elapsed time.Duration, ki int) ratelimit.Decision {
 	d := e.d
 	d.Key = ki
-	d.RetryAfter = time.Duration(e.until - now)
+	d.RetryAfter = e.wait - elapsed
 	d.ResetAfter = max(d.ResetAfter-elapsed, d.RetryAfter)
 	d.Limits = make([]ratelimit.LimitStatus, len(e.d.Limits))
 	for i, l := range e.d.Limits {
@@ -186,6 +282,61 @@ func (e *denial) replay(now int64, ki int) ratelimit.Decision {
 		d.Limits[i] = l
 	}
 	return d
+}
+
+// Reset implements ratelimit.Resetter: it forgets the keys' cached denials
+// and resets them in the wrapped store.
+func (c *DenyCache) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) error {
+	rs, ok := c.inner.(ratelimit.Resetter)
+	if !ok {
+		return unsupported("Reset", c.inner)
+	}
+	if p != nil {
+		c.forget(p.ID(), keys)
+	}
+	err := rs.Reset(ctx, p, keys...)
+	if p != nil {
+		c.forget(p.ID(), keys) // denials cached while the reset was on its way
+	}
+	return err
+}
+
+// Refund implements ratelimit.Refunder: it refunds in the wrapped store and
+// forgets the keys' cached denials.
+func (c *DenyCache) Refund(ctx context.Context, r ratelimit.Receipt) error {
+	rf, ok := c.inner.(ratelimit.Refunder)
+	if !ok {
+		return unsupported("Refund", c.inner)
+	}
+	err := rf.Refund(ctx, r)
+	if p := r.Policy(); p != nil {
+		c.forget(p.ID(), r.Keys())
+	}
+	return err
+}
+
+// Reserve implements ratelimit.Reserver (the cache is not consulted).
+func (c *DenyCache) Reserve(ctx context.Context, req ratelimit.Request, maxDelay time.Duration) (ratelimit.Decision, error) {
+	rs, ok := c.inner.(ratelimit.Reserver)
+	if !ok {
+		return ratelimit.Decision{}, unsupported("Reserve", c.inner)
+	}
+	d, err := rs.Reserve(ctx, req, maxDelay)
+	return c.after(req, d, err, false)
+}
+
+// TakeUpTo implements ratelimit.Granter (the cache is not consulted).
+func (c *DenyCache) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	g, ok := c.inner.(ratelimit.Granter)
+	if !ok {
+		return ratelimit.Decision{}, unsupported("TakeUpTo", c.inner)
+	}
+	d, err := g.TakeUpTo(ctx, req)
+	return c.after(req, d, err, false)
+}
+
+func unsupported(what string, s ratelimit.Store) error {
+	return fmt.Errorf("ratelimit/store: deny cache: the wrapped store (%T) has no %s: %w", s, what, errors.ErrUnsupported)
 }
 
 // Len returns the number of denied keys remembered, expired ones not yet

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,7 +70,7 @@ func TestDenyCacheFlood(t *testing.T) {
 	var clk clock
 	clk.Set(t0)
 	inner := &countingStore{Store: NewMemory(WithClock(clk.Now))}
-	c := NewDenyCache(inner, WithDenyCacheClock(clk.Now))
+	c := NewDenyCache(inner, WithDenyCacheClock(clk.Now), WithDenyCacheMaxHold(time.Hour))
 	p := ratelimit.MustParsePolicy("3/m, 100/h")
 	take := func(cost int64, pol *ratelimit.Policy, keys ...string) ratelimit.Decision {
 		t.Helper()
@@ -113,5 +115,157 @@ func TestDenyCacheFlood(t *testing.T) {
 	}
 	if n := small.Len(); n > 64 {
 		t.Fatalf("WithDenyCacheSize(64): %d entries", n)
+	}
+}
+
+// TestDenyCacheClockStepsBack: the cache measures waits by differences of
+// its clock's readings, and drops an entry when the clock reads earlier
+// than the entry's arrival, so a wall clock stepped back 10 minutes cannot
+// keep a denial alive while the store (on its own clock) admits.
+func TestDenyCacheClockStepsBack(t *testing.T) {
+	ctx := context.Background()
+	var storeClk, appClk clock
+	storeClk.Set(t0)
+	appClk.Set(t0)
+	inner := &countingStore{Store: NewMemory(WithClock(storeClk.Now))}
+	c := NewDenyCache(inner, WithDenyCacheClock(appClk.Now), WithDenyCacheMaxHold(time.Hour))
+	p := ratelimit.MustParsePolicy("1/s", ratelimit.Named("step"))
+	req := ratelimit.Request{Policy: p, Keys: []string{"ip:a"}, Cost: 1}
+	if d, _ := c.Take(ctx, req); !d.Allowed {
+		t.Fatal("first request denied")
+	}
+	if d, _ := c.Take(ctx, req); d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("second request: %+v, want a 1s denial", d)
+	}
+	// Two seconds pass; the app server's clock steps back 10 minutes.
+	storeClk.Set(t0.Add(2 * time.Second))
+	appClk.Set(t0.Add(2*time.Second - 10*time.Minute))
+	if d, err := c.Take(ctx, req); err != nil || !d.Allowed {
+		t.Fatalf("after the wait, with the app clock stepped back: %+v %v; the store admits", d, err)
+	}
+	if inner.calls.Load() != 3 {
+		t.Fatalf("%d store calls, want 3: the stale entry must go to the store", inner.calls.Load())
+	}
+}
+
+// TestDenyCacheHashesLongKeys: a cached denial keeps a key longer than
+// 128 bytes as its 128-bit hash, as the stores do, so an attacker's 64 KiB
+// identifiers cost the cache a few dozen bytes each.
+func TestDenyCacheHashesLongKeys(t *testing.T) {
+	ctx := context.Background()
+	c := NewDenyCache(NewMemory())
+	p := ratelimit.MustParsePolicy("1/h", ratelimit.Named("long"))
+	long := "ip:" + strings.Repeat("x", 64<<10)
+	for i := 0; i < 2; i++ {
+		c.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{long}, Cost: 1})
+	}
+	if c.Len() != 1 {
+		t.Fatalf("%d cached denials, want 1", c.Len())
+	}
+	for i := range c.shards {
+		for k := range c.shards[i].m {
+			if len(k.key) > 128 || !k.hashed {
+				t.Fatalf("cached key of %d bytes (hashed %v), want a hash", len(k.key), k.hashed)
+			}
+		}
+	}
+	if d, _ := c.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{long}, Cost: 1}); d.Allowed {
+		t.Fatal("the hashed entry does not deny")
+	}
+}
+
+// faultyStore answers with a Decision that has more limit states than the
+// policy has limits.
+type faultyStore struct{}
+
+func (faultyStore) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	return ratelimit.Decision{RetryAfter: time.Second, Limits: make([]ratelimit.LimitStatus, req.Policy.NumLimits()+3)}, nil
+}
+
+// TestDenyCacheFaultyStore: an inner Decision that points outside its
+// Request is an error, never a panic.
+func TestDenyCacheFaultyStore(t *testing.T) {
+	c := NewDenyCache(faultyStore{})
+	p := ratelimit.MustParsePolicy("1/s, 2/m")
+	for i := 0; i < 3; i++ {
+		_, err := c.Take(context.Background(), ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: 1})
+		if err == nil || !strings.Contains(err.Error(), "invalid decision") {
+			t.Fatalf("call %d: error %v, want an invalid decision error", i, err)
+		}
+	}
+}
+
+// TestDenyCacheMaxHold: a cached denial is held for at most the maximum
+// hold, so a Reset made through another process's cache (the same store)
+// reaches every cache within it.
+func TestDenyCacheMaxHold(t *testing.T) {
+	ctx := context.Background()
+	var clk clock
+	clk.Set(t0)
+	shared := NewMemory(WithClock(clk.Now))
+	a := NewDenyCache(shared, WithDenyCacheClock(clk.Now), WithDenyCacheMaxHold(500*time.Millisecond))
+	b := NewDenyCache(shared, WithDenyCacheClock(clk.Now), WithDenyCacheMaxHold(500*time.Millisecond))
+	p := ratelimit.MustParsePolicy("1/h", ratelimit.Named("hold"))
+	req := ratelimit.Request{Policy: p, Keys: []string{"user:x"}, Cost: 1}
+	a.Take(ctx, req)
+	if d, _ := a.Take(ctx, req); d.Allowed || d.RetryAfter != time.Hour {
+		t.Fatalf("want an hour's denial, got %+v", d)
+	}
+	if err := b.Reset(ctx, p, "user:x"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(t0.Add(499 * time.Millisecond))
+	if d, _ := a.Take(ctx, req); d.Allowed || d.RetryAfter != time.Hour-499*time.Millisecond {
+		t.Fatalf("within the hold: %+v, want the cached denial", d)
+	}
+	clk.Set(t0.Add(500 * time.Millisecond))
+	if d, _ := a.Take(ctx, req); !d.Allowed {
+		t.Fatalf("after the hold: %+v, want the store's admission (reset elsewhere)", d)
+	}
+}
+
+// plainStore has Take only.
+type plainStore struct{ ratelimit.Store }
+
+// TestDenyCacheForwards: the cache forwards the optional operations, and
+// says ErrUnsupported when the wrapped store lacks one.
+func TestDenyCacheForwards(t *testing.T) {
+	ctx := context.Background()
+	p := ratelimit.MustParsePolicy("2/h", ratelimit.Named("fwd"))
+	c := NewDenyCache(NewMemory(), WithDenyCacheMaxHold(time.Hour))
+	req := ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: 2}
+	d, _ := c.Take(ctx, req)
+	if denied, _ := c.Take(ctx, req); denied.Allowed || c.Len() != 1 {
+		t.Fatalf("want a cached denial, got %+v (%d cached)", denied, c.Len())
+	}
+	if err := c.Refund(ctx, d.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	if c.Len() != 0 {
+		t.Fatal("a refund left the key's cached denial")
+	}
+	if got, _ := c.TakeUpTo(ctx, ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: 5}); got.Granted != 2 {
+		t.Fatalf("TakeUpTo after the refund granted %d, want 2", got.Granted)
+	}
+	if err := c.Reset(ctx, p, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.Reserve(ctx, req, time.Second); !got.Allowed {
+		t.Fatalf("Reserve after the reset: %+v", got)
+	}
+	bare := NewDenyCache(plainStore{NewMemory()})
+	for name, err := range map[string]error{
+		"Reset":  bare.Reset(ctx, p, "k"),
+		"Refund": bare.Refund(ctx, d.Receipt),
+	} {
+		if !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("%s on a store without it: %v, want ErrUnsupported", name, err)
+		}
+	}
+	if _, err := bare.Reserve(ctx, req, time.Second); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Reserve on a store without it: %v", err)
+	}
+	if _, err := bare.TakeUpTo(ctx, req); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("TakeUpTo on a store without it: %v", err)
 	}
 }

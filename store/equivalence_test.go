@@ -18,7 +18,8 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/redistest"
 )
 
-var algorithms = []ratelimit.Algorithm{ratelimit.SlidingWindow, ratelimit.FixedWindow, ratelimit.TokenBucket}
+var algorithms = []ratelimit.Algorithm{ratelimit.SlidingWindow, ratelimit.FixedWindow, ratelimit.TokenBucket,
+	ratelimit.SlidingLog, ratelimit.SlidingWindowApprox}
 
 // t0 is the first instant of every trace: a realistic epoch time, not
 // aligned to any window, so traces cross window edges.
@@ -33,15 +34,30 @@ type clock struct {
 func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
+// Operations a trace step may run.
+const (
+	opTake    = iota // Take (cost 0 peeks)
+	opUpTo           // TakeUpTo
+	opReserve        // Reserve
+	opRefund         // Refund an earlier step's receipt
+	opReset          // Reset
+)
+
 // step is one request of a trace.
 type step struct {
-	at   time.Duration // since t0
-	keys []string
-	cost int64
+	at       time.Duration // since t0
+	keys     []string
+	cost     int64
+	op       int
+	maxDelay time.Duration // opReserve
+	ref      int           // opRefund: the step whose receipt is refunded
+	id       string        // Request.ID
 }
 
 // randomPolicy draws a small policy: rates low enough that traces hit the
-// limits often, periods from sub-second to an hour, random precision.
+// limits often (and, for the sliding window, some above ExactRateMax, so
+// both of its counters run), periods from sub-second to an hour, random
+// precision and burst, and sometimes a penalty.
 func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 	periods := []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second, 10 * time.Second, time.Minute, time.Hour}
 	rng.Shuffle(len(periods), func(i, j int) { periods[i], periods[j] = periods[j], periods[i] })
@@ -51,7 +67,15 @@ func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 		l := ratelimit.Limit{Rate: int64(1 + rng.IntN(8)), Period: periods[i]}
 		switch alg {
 		case ratelimit.SlidingWindow:
-			l.Precision = []int{0, 1, 2, 5, 10}[rng.IntN(5)]
+			if rng.IntN(3) == 0 {
+				l.Rate = ratelimit.ExactRateMax + 1 + int64(rng.IntN(12)) // sub-buckets
+			}
+			l.Precision = []int{0, 0, 0, 1, 2, 5, 10}[rng.IntN(7)]
+		case ratelimit.SlidingLog:
+			l.Rate = int64(1 + rng.IntN(12))
+			if rng.IntN(4) == 0 {
+				l.Rate = 40 + int64(rng.IntN(30)) // a log of several chunk fields
+			}
 		case ratelimit.TokenBucket:
 			l.Burst = int64(rng.IntN(6)) // 0 = Rate
 		}
@@ -61,12 +85,17 @@ func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 	if err != nil {
 		panic(err)
 	}
+	if rng.IntN(5) == 0 {
+		if p, err = p.WithBlockFor((periods[rng.IntN(len(periods))] / time.Duration(1+rng.IntN(4))).Truncate(time.Microsecond)); err != nil {
+			panic(err)
+		}
+	}
 	return p
 }
 
 // randomTrace draws steps whose clock advances by amounts around the
 // policy's periods and sub-buckets: zero, a microsecond, a bucket edge, a
-// whole period, or random.
+// whole period, or random; with every operation mixed in.
 func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 	periodUS, widthUS, _, _ := p.Compiled()
 	keys := []string{"ip:192.0.2.1", "user:{42}", "key:a\nb"}
@@ -90,7 +119,22 @@ func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 		for j, k := range perm {
 			ks[j] = keys[k]
 		}
-		out[i] = step{at: at, keys: ks, cost: int64(rng.IntN(5))} // 0 peeks
+		s := step{at: at, keys: ks, cost: int64(rng.IntN(5))} // 0 peeks
+		switch r := rng.IntN(20); {
+		case r < 2:
+			s.op, s.cost = opUpTo, 1+int64(rng.IntN(6))
+		case r < 5:
+			s.op, s.cost = opReserve, 1+int64(rng.IntN(3))
+			s.maxDelay = time.Duration(rng.Int64N(periodUS[i2]+1)) * time.Microsecond
+		case r < 7 && i > 0:
+			s.op, s.ref = opRefund, rng.IntN(i)
+		case r < 8:
+			s.op = opReset
+		}
+		if rng.IntN(4) == 0 {
+			s.id = []string{"req-a", "req-b"}[rng.IntN(2)]
+		}
+		out[i] = s
 	}
 	return out
 }
@@ -109,14 +153,22 @@ func traceCount(t *testing.T) int {
 }
 
 // TestEquivalenceMiniredis replays random traces against the memory store
-// and the Redis store on miniredis, whose TIME follows SetTime, so the
-// script reads the same clock as the memory store. Every decision must be
-// identical, field by field.
+// and the Redis store on miniredis, whose TIME follows SetTime (and whose
+// key TTLs follow FastForward, so keys expire on the trace's clock), so
+// the script reads the same clock as the memory store. Every decision must
+// be identical, field by field.
 func TestEquivalenceMiniredis(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { client.Close() })
-	equivalence(t, 7, client, false, func(at time.Time) { mr.SetTime(at) })
+	var last time.Time
+	equivalence(t, 7, client, false, func(at time.Time) {
+		if !last.IsZero() && at.After(last) {
+			mr.FastForward(at.Sub(last))
+		}
+		last = at
+		mr.SetTime(at)
+	})
 }
 
 // TestEquivalenceReal replays the same kind of traces against a real
@@ -128,16 +180,16 @@ func TestEquivalenceReal(t *testing.T) {
 
 // equivalence replays traceCount random traces per algorithm through a
 // Redis store on client and through the memory store, half of them with
-// the policy baked into the script and half with it in ARGV. With overrideTime
-// the store sends the trace's clock to the script; otherwise setTime must
-// make Redis TIME follow it.
+// the policy baked into the script and half with it in ARGV. With
+// overrideTime the store sends the trace's clock to the script; otherwise
+// setTime must make Redis TIME follow it.
 func equivalence(t *testing.T, seed uint64, client *redis.Client, overrideTime bool, setTime func(time.Time)) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg)+seed*14, seed))
 			for n := range traceCount(t) {
 				p := randomPolicy(rng, alg)
-				trace := randomTrace(rng, p, 12)
+				trace := randomTrace(rng, p, 16)
 				var clk clock
 				opts := []RedisOption{WithPrefix(fmt.Sprintf("eq%d:", n))}
 				if overrideTime {
@@ -151,12 +203,29 @@ func equivalence(t *testing.T, seed uint64, client *redis.Client, overrideTime b
 					rs.maxBaked = 0 // odd traces: the script reading ARGV
 				}
 				replay(t, n, p, trace, rs, &clk, setTime)
-				if baked := rs.prepared(p, 0, nil).tail == nil; baked != (n%2 == 0) {
+				if baked := rs.prepared(p).tail == nil; baked != (n%2 == 0) {
 					t.Fatalf("trace %d: baked script %v, want %v", n, baked, n%2 == 0)
 				}
 			}
 		})
 	}
+}
+
+// apply runs one step against s, refunding from receipts (the store's own
+// receipts of earlier steps).
+func apply(ctx context.Context, s ratelimit.Store, p *ratelimit.Policy, st step, receipts []ratelimit.Receipt) (ratelimit.Decision, error) {
+	req := ratelimit.Request{Policy: p, Keys: st.keys, Cost: st.cost, ID: st.id}
+	switch st.op {
+	case opUpTo:
+		return s.(ratelimit.Granter).TakeUpTo(ctx, req)
+	case opReserve:
+		return s.(ratelimit.Reserver).Reserve(ctx, req, st.maxDelay)
+	case opRefund:
+		return ratelimit.Decision{}, s.(ratelimit.Refunder).Refund(ctx, receipts[st.ref])
+	case opReset:
+		return ratelimit.Decision{}, s.(ratelimit.Resetter).Reset(ctx, p, st.keys...)
+	}
+	return s.Take(ctx, req)
 }
 
 // replay runs trace n against rs and a fresh memory store on clk (setTime
@@ -166,20 +235,22 @@ func replay(t *testing.T, n int, p *ratelimit.Policy, trace []step, rs *Redis, c
 	t.Helper()
 	ctx := context.Background()
 	mem := NewMemory(WithClock(clk.Now))
+	memR, redR := make([]ratelimit.Receipt, len(trace)), make([]ratelimit.Receipt, len(trace))
 	for i, s := range trace {
 		clk.Set(t0.Add(s.at))
 		setTime(t0.Add(s.at))
-		req := ratelimit.Request{Policy: p, Keys: s.keys, Cost: s.cost}
-		want, err := mem.Take(ctx, req)
+		want, err := apply(ctx, mem, p, s, memR)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := rs.Take(ctx, req)
+		got, err := apply(ctx, rs, p, s, redR)
 		if err != nil {
 			t.Fatalf("trace %d step %d: %v", n, i, err)
 		}
+		memR[i], redR[i] = want.Receipt, got.Receipt
 		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("trace %d (%s %s) step %d at +%s keys %q cost %d:\nredis  %+v\nmemory %+v", n, p.Name(), p, i, s.at, s.keys, s.cost, got, want)
+			t.Fatalf("trace %d (%s %s, block %s) step %d at +%s op %d keys %q cost %d id %q:\nredis  %+v\nmemory %+v",
+				n, p.Name(), p, p.BlockFor(), i, s.at, s.op, s.keys, s.cost, s.id, got, want)
 		}
 	}
 }

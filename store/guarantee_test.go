@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -30,51 +31,132 @@ func edgeTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 	return out
 }
 
+// maxOver records, per algorithm, the largest admitted cost seen in one
+// window of Period as a multiple of Rate (the approximation's overshoot).
+var maxOver = map[ratelimit.Algorithm]float64{}
+
 // TestGuarantees replays random and edge traces through the memory store
 // (the reference; the equivalence tests hold Redis to it), records every
-// admission, and checks each algorithm's documented guarantee over every
-// interval by brute force. Each denial is checked too: it must be
-// justified by cost admitted within the algorithm's counted span, and
-// waiting exactly RetryAfter must be necessary and sufficient.
+// admission (at its release time, for reservations), and checks each
+// algorithm's documented guarantee over every window by brute force. Each
+// denial is checked too: it must be justified by cost admitted within the
+// algorithm's counted span (the exact log: within the window, no more),
+// and waiting exactly RetryAfter must be necessary and sufficient.
 func TestGuarantees(t *testing.T) {
 	ctx := context.Background()
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg)+11, 3))
+			var nAdmitted, nDenied, nReserved int
+			defer func() {
+				t.Logf("%s: %d admitted (%d reserved), %d denied", alg, nAdmitted, nReserved, nDenied)
+				if nAdmitted == 0 || nDenied == 0 {
+					t.Errorf("%s: the traces never admitted or never denied", alg)
+				}
+			}()
 			for n := range traceCount(t) {
 				p := randomPolicy(rng, alg)
+				if p.BlockFor() > 0 { // penalties deny without counts: see TestBlockFor
+					if p, _ = p.WithBlockFor(0); p == nil {
+						t.Fatal("WithBlockFor(0) failed")
+					}
+				}
 				var trace []step
 				if n%2 == 0 {
 					trace = edgeTrace(rng, p, 40)
 				} else {
 					trace = randomTrace(rng, p, 40)
 					for i := range trace {
-						trace[i].keys = []string{"k"}
+						trace[i].keys, trace[i].id = []string{"k"}, ""
 						trace[i].cost++
+						if trace[i].op == opReset {
+							trace[i].op = opTake
+						}
 					}
 				}
 				var clk clock
 				mem := NewMemory(WithClock(clk.Now))
 				var admitted []event
-				take := func(at, cost int64) ratelimit.Decision {
+				// A refund takes its charge's event out of those checked:
+				// what is left must still keep the guarantee. Refunds may
+				// give back less than exact, so after one a denial need not
+				// be justified by the events any more.
+				receipts := make([]ratelimit.Receipt, len(trace))
+				events := make([]int, len(trace)) // index+1 in admitted
+				refunded := false
+				take := func(at int64, s step) ratelimit.Decision {
 					clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
-					d, err := mem.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: cost})
+					req := ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: s.cost}
+					var d ratelimit.Decision
+					var err error
+					switch s.op {
+					case opUpTo:
+						d, err = mem.TakeUpTo(ctx, req)
+					case opReserve:
+						d, err = mem.Reserve(ctx, req, s.maxDelay)
+					default:
+						d, err = mem.Take(ctx, req)
+					}
 					if err != nil {
 						t.Fatal(err)
 					}
 					if d.Allowed {
-						admitted = append(admitted, event{at, cost})
+						nAdmitted++
+						if d.Delay > 0 {
+							nReserved++
+						}
+						admitted = append(admitted, event{at + d.Delay.Microseconds(), d.Granted})
+						if s.op != opUpTo && d.Granted != s.cost {
+							t.Fatalf("trace %d: granted %d of cost %d", n, d.Granted, s.cost)
+						}
+						if d.Delay > s.maxDelay {
+							t.Fatalf("trace %d: delay %s beyond the maximum %s", n, d.Delay, s.maxDelay)
+						}
 					}
 					return d
 				}
+				// The clock never goes back; reserved admissions lie ahead of
+				// it until their release, so a refund may cancel a wait.
+				clock := int64(0)
 				for i, s := range trace {
-					at := max(s.at.Microseconds(), lastAt(admitted))
-					d := take(at, s.cost)
-					if d.Allowed {
-						checkAdmissions(t, p, admitted, n, i)
+					at := max(s.at.Microseconds(), clock)
+					clock = at
+					if s.op == opRefund {
+						clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
+						if err := mem.Refund(ctx, receipts[s.ref]); err != nil {
+							t.Fatal(err)
+						}
+						if e := events[s.ref]; e > 0 && admitted[e-1].cost > 0 {
+							admitted[e-1].cost = 0 // it no longer counts
+							refunded = true
+						}
+						receipts[s.ref] = ratelimit.Receipt{}
 						continue
 					}
-					checkDenial(t, p, admitted, at, s.cost, n, i)
+					d := take(at, s)
+					receipts[i] = d.Receipt
+					if d.Allowed {
+						events[i] = len(admitted)
+					}
+					if d.Allowed {
+						checkAdmissions(t, p, admitted, n, i)
+						if s.op == opUpTo && d.Granted < s.cost {
+							// The grant is all there was: one more unit is denied.
+							c := s
+							c.op, c.cost = opTake, 1
+							if take(at, c).Allowed {
+								t.Fatalf("trace %d step %d (%s): granted %d of %d, yet one more fits", n, i, p, d.Granted, s.cost)
+							}
+						}
+						continue
+					}
+					nDenied++
+					if s.op == opUpTo {
+						s.cost = 1 // a grant of 0 reports the wait for one unit
+					}
+					if !refunded {
+						checkDenial(t, p, admitted, at, s.cost, n, i)
+					}
 					if d.RetryAfter == ratelimit.Never {
 						if s.cost <= p.MaxCost() {
 							t.Fatalf("trace %d step %d: Never for cost %d ≤ max cost %d", n, i, s.cost, p.MaxCost())
@@ -85,53 +167,73 @@ func TestGuarantees(t *testing.T) {
 					if r <= 0 {
 						t.Fatalf("trace %d step %d: denied with RetryAfter %s", n, i, d.RetryAfter)
 					}
-					if r > 1 && take(at+r-1, s.cost).Allowed {
+					if s.op == opReserve && p.Reserves() && r <= s.maxDelay.Microseconds() {
+						t.Fatalf("trace %d step %d (%s): not reserved though it fits in %s, within the maximum %s", n, i, p, d.RetryAfter, s.maxDelay)
+					}
+					plain := step{keys: s.keys, cost: s.cost}
+					clock = at + r
+					if r > 1 && take(at+r-1, plain).Allowed {
 						t.Fatalf("trace %d step %d (%s): admitted 1µs before RetryAfter %s", n, i, p, d.RetryAfter)
 					}
-					if !take(at+r, s.cost).Allowed {
+					if !take(at+r, plain).Allowed {
 						t.Fatalf("trace %d step %d (%s): denied after waiting RetryAfter %s", n, i, p, d.RetryAfter)
 					}
 					checkAdmissions(t, p, admitted, n, i)
 				}
 			}
+			if alg == ratelimit.SlidingWindowApprox {
+				t.Logf("%s: most admitted in one window of Period: %.2f × Rate (bound: < 2)", alg, maxOver[alg])
+			}
 		})
 	}
 }
 
-func lastAt(ev []event) int64 {
-	if len(ev) == 0 {
-		return 0
+// windowMax is the largest cost admitted in one half-open window
+// [s, s+period) of the events (the maximum is reached with s at an event).
+func windowMax(ev []event, period int64) int64 {
+	best := int64(0)
+	for _, a := range ev {
+		best = max(best, sumIn(ev, a.at, a.at+period-1))
 	}
-	return ev[len(ev)-1].at
+	return best
 }
 
-// checkAdmissions verifies the newest admission against every earlier one.
+// checkAdmissions verifies every window against the algorithm's guarantee.
 func checkAdmissions(t *testing.T, p *ratelimit.Policy, ev []event, n, i int) {
 	t.Helper()
 	periodUS, widthUS, _, _ := p.Compiled()
-	last := ev[len(ev)-1]
 	for li := range periodUS {
 		l := p.Limit(li)
 		switch p.Algorithm() {
-		case ratelimit.SlidingWindow:
-			// Any closed interval of length Period ending at the newest admission.
-			if sum := sumIn(ev, last.at-periodUS[li], last.at); sum > l.Rate {
-				t.Fatalf("trace %d step %d: %s: %d admitted within [t-%s, t], rate %d", n, i, p, sum, l.Period, l.Rate)
+		case ratelimit.SlidingWindow, ratelimit.SlidingLog:
+			if m := windowMax(ev, periodUS[li]); m > l.Rate {
+				t.Fatalf("trace %d step %d: %s: %d admitted within one window of %s, rate %d", n, i, p, m, l.Period, l.Rate)
 			}
-		case ratelimit.FixedWindow:
-			start := last.at + t0.UnixMicro()
-			start -= start % periodUS[li]
-			if sum := sumIn(ev, start-t0.UnixMicro(), last.at); sum > l.Rate {
-				t.Fatalf("trace %d step %d: %s: %d admitted in one aligned window, rate %d", n, i, p, sum, l.Rate)
+		case ratelimit.FixedWindow, ratelimit.SlidingWindowApprox:
+			for _, e := range ev {
+				start := e.at + t0.UnixMicro()
+				start -= start % periodUS[li]
+				if sum := sumIn(ev, start-t0.UnixMicro(), start-t0.UnixMicro()+periodUS[li]-1); sum > l.Rate {
+					t.Fatalf("trace %d step %d: %s: %d admitted in one aligned window, rate %d", n, i, p, sum, l.Rate)
+				}
+			}
+			if p.Algorithm() == ratelimit.SlidingWindowApprox {
+				m := windowMax(ev, periodUS[li])
+				if m >= 2*l.Rate {
+					t.Fatalf("trace %d step %d: %s: %d admitted within one window, the bound is < 2 × %d", n, i, p, m, l.Rate)
+				}
+				maxOver[p.Algorithm()] = max(maxOver[p.Algorithm()], float64(m)/float64(l.Rate))
 			}
 		case ratelimit.TokenBucket:
-			// For every start s: admitted in [s, t] · T ≤ Burst · T + (t − s).
+			// For every pair s ≤ t: admitted in [s, t] · T ≤ Burst · T + (t − s).
 			T := widthUS[li]
-			sum := int64(0)
-			for j := len(ev) - 1; j >= 0; j-- {
-				sum += ev[j].cost
-				if sum*T > l.Burst*T+(last.at-ev[j].at) {
-					t.Fatalf("trace %d step %d: %s: %d admitted in %dµs, burst %d, interval %dµs", n, i, p, sum, last.at-ev[j].at, l.Burst, T)
+			for a := range ev {
+				sum := int64(0)
+				for b := a; b < len(ev); b++ {
+					sum += ev[b].cost
+					if span := ev[b].at - ev[a].at; span >= 0 && sum*T > l.Burst*T+span {
+						t.Fatalf("trace %d step %d: %s: %d admitted in %dµs, burst %d, interval %dµs", n, i, p, sum, span, l.Burst, T)
+					}
 				}
 			}
 		}
@@ -142,12 +244,52 @@ func checkAdmissions(t *testing.T, p *ratelimit.Policy, ev []event, n, i int) {
 func checkDenial(t *testing.T, p *ratelimit.Policy, ev []event, at, cost int64, n, i int) {
 	t.Helper()
 	periodUS, widthUS, _, _ := p.Compiled()
+	// Reservations are served in order: while one is pending (an event
+	// ahead of at), a request that does not wait is denied.
+	if p.Reserves() {
+		for _, e := range ev {
+			if e.at > at && e.cost > 0 {
+				return
+			}
+		}
+	}
+	// exactExceeds reports whether cost at time at would put more than rate
+	// in a window [s, s+period) holding at, counting the admissions
+	// reserved ahead of at too. The count changes only where an event
+	// enters or leaves the window, so those starts are enough.
+	exactExceeds := func(period, rate int64) bool {
+		starts := []int64{at - period + 1, at}
+		for _, e := range ev {
+			if e.at > at-period && e.at < at {
+				starts = append(starts, e.at, e.at+1)
+			}
+			if e.at > at && e.at < at+period {
+				starts = append(starts, e.at-period+1)
+			}
+		}
+		for _, s := range starts {
+			if s > at-period && s <= at && sumIn(ev, s, s+period-1)+cost > rate {
+				return true
+			}
+		}
+		return false
+	}
 	for li := range periodUS {
 		l := p.Limit(li)
 		switch p.Algorithm() {
+		case ratelimit.SlidingLog:
+			if exactExceeds(periodUS[li], l.Rate) {
+				return
+			}
 		case ratelimit.SlidingWindow:
-			// The counted span is shorter than Period plus one sub-bucket.
-			if sumIn(ev, at-periodUS[li]-widthUS[li]+1, at)+cost > l.Rate {
+			if p.Counter(li) == ratelimit.CounterLog {
+				if exactExceeds(periodUS[li], l.Rate) {
+					return
+				}
+				break
+			}
+			// A sub-bucket counts until its latest admission + Period.
+			if sumIn(ev, at-periodUS[li]-widthUS[li]+2, at)+cost > l.Rate {
 				return
 			}
 		case ratelimit.FixedWindow:
@@ -156,20 +298,37 @@ func checkDenial(t *testing.T, p *ratelimit.Policy, ev []event, at, cost int64, 
 			if sumIn(ev, start-t0.UnixMicro(), at)+cost > l.Rate {
 				return
 			}
+		case ratelimit.SlidingWindowApprox:
+			P := periodUS[li]
+			abs := at + t0.UnixMicro()
+			start := abs - abs%P - t0.UnixMicro()
+			cur, prev := sumIn(ev, start, at), sumIn(ev, start-P, start-1)
+			e := abs % P
+			est := float64(float64(prev)*float64(P-e)) / float64(P)
+			if math.Floor(float64(l.Rate-cur)-est) < float64(cost) {
+				return
+			}
 		case ratelimit.TokenBucket:
-			T, sum := widthUS[li], cost
+			// Some interval [a, b] holding at, reserved admissions ahead
+			// of it included, would exceed Burst + (b−a)/T.
+			T := widthUS[li]
 			if cost > l.Burst {
 				return
 			}
-			for j := len(ev) - 1; j >= 0; j-- {
-				sum += ev[j].cost
-				if sum*T > l.Burst*T+(at-ev[j].at) {
-					return
+			times := []int64{at}
+			for _, e := range ev {
+				times = append(times, e.at)
+			}
+			for _, a := range times {
+				for _, b := range times {
+					if a <= at && b >= at && (sumIn(ev, a, b)+cost)*T > l.Burst*T+(b-a) {
+						return
+					}
 				}
 			}
 		}
 	}
-	t.Fatalf("trace %d step %d: %s denied cost %d at +%dµs though every limit had room", n, i, p, cost, at)
+	t.Fatalf("trace %d step %d: %s denied cost %d at +%dµs though every limit had room; admitted: %v", n, i, p, cost, at, ev)
 }
 
 func sumIn(ev []event, from, to int64) int64 {

@@ -2,14 +2,22 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 )
 
-var _ ratelimit.Local = (*Memory)(nil)
+var (
+	_ ratelimit.Local    = (*Memory)(nil)
+	_ ratelimit.Resetter = (*Memory)(nil)
+	_ ratelimit.Refunder = (*Memory)(nil)
+	_ ratelimit.Reserver = (*Memory)(nil)
+	_ ratelimit.Granter  = (*Memory)(nil)
+)
 
 // Memory is an in-process Store: the same algorithms and decisions as
 // Redis, for a single server, for tests, and as the fallback when Redis
@@ -17,17 +25,20 @@ var _ ratelimit.Local = (*Memory)(nil)
 // request with several keys locks their shards in a fixed order, so it is
 // atomic like the Redis script. Idle identities are evicted once their
 // counters have expired (after the policy's TTL), swept as the store is
-// used; no goroutine runs in the background.
+// used; no goroutine runs in the background. It implements every optional
+// operation (Reset, Refund, Reserve, TakeUpTo) and request IDs.
 type Memory struct {
 	now     func() time.Time
 	seed    maphash.Seed
 	shards  []memShard
 	mask    uint64
-	maxKeys int // per shard; 0 = unbounded
+	maxKeys int64        // 0 = unbounded
+	count   atomic.Int64 // identities held, when maxKeys > 0
 }
 
 type memShard struct {
 	shard[*memEntry]
+	ids       map[idKey]*idRecord
 	nextSweep int64 // µs
 }
 
@@ -43,6 +54,21 @@ type memKey struct {
 type memEntry struct {
 	expires int64 // µs; the entry is empty from then on
 	f       []int64
+}
+
+// idKey names a request ID's record: the identity and the ID's hash.
+type idKey struct {
+	memKey
+	id string
+}
+
+// idRecord is the first Decision of a request ID, for one key.
+type idRecord struct {
+	expires int64 // µs
+	repeats int64
+	granted int64
+	at      int64 // when it was charged (or released, for a reservation)
+	stats   []status
 }
 
 // MemoryOption configures NewMemory.
@@ -71,13 +97,19 @@ func WithShards(n int) MemoryOption {
 }
 
 // WithMaxKeys bounds the number of identities the store holds (default 0:
-// unbounded; idle ones are still evicted after their TTL). The store never
-// holds more than n. When a shard is full, one entry is evicted (an expired
-// one, or the one closest to expiry among a few sampled): that identity's
-// counters restart, so the bound trades exactness under a flood of
-// distinct identities for memory.
+// unbounded; idle ones are still evicted after their TTL). The bound is
+// exact and store-wide: the store holds up to n identities, then each new
+// one evicts one held identity (an expired one, or the one closest to
+// expiry among a few sampled), never one the same request uses. An evicted
+// identity's counters restart: under a flood of new identities, a victim's
+// counters survive only while fewer than n others are newer or later to
+// expire, so the bound trades exactness for memory. Set n well above the
+// number of identities active within the policy's longest period. (When
+// every held identity belongs to requests in flight at that instant, the
+// store goes over the bound by those requests' keys rather than wait.)
+// Records of request IDs are bounded by n too.
 func WithMaxKeys(n int) MemoryOption {
-	return func(m *Memory) { m.maxKeys = n }
+	return func(m *Memory) { m.maxKeys = int64(max(n, 0)) }
 }
 
 // NewMemory returns an in-memory Store.
@@ -91,17 +123,9 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	}
 	for i := range m.shards {
 		m.shards[i].m = make(map[memKey]*memEntry)
+		m.shards[i].ids = make(map[idKey]*idRecord)
 	}
 	m.mask = uint64(len(m.shards) - 1)
-	if m.maxKeys > 0 {
-		// Each shard holds maxKeys/shards; fewer keys than shards means
-		// fewer shards, so the bound holds exactly.
-		for len(m.shards) > 1 && m.maxKeys < len(m.shards) {
-			m.shards = m.shards[:len(m.shards)/2]
-		}
-		m.mask = uint64(len(m.shards) - 1)
-		m.maxKeys = max(m.maxKeys/len(m.shards), 1)
-	}
 	return m
 }
 
@@ -110,6 +134,59 @@ const sweepEvery = int64(10 * time.Second / time.Microsecond)
 
 // Take implements ratelimit.Store.
 func (m *Memory) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	return m.do(ctx, req, op{cost: req.Cost})
+}
+
+// Reserve implements ratelimit.Reserver.
+func (m *Memory) Reserve(ctx context.Context, req ratelimit.Request, maxDelay time.Duration) (ratelimit.Decision, error) {
+	return m.do(ctx, req, op{cost: req.Cost, maxDelay: reserveUS(maxDelay)})
+}
+
+// TakeUpTo implements ratelimit.Granter.
+func (m *Memory) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if req.Cost < 1 {
+		return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: %w: TakeUpTo with cost %d, want at least 1", ErrInvalidRequest, req.Cost)
+	}
+	return m.do(ctx, req, op{cost: req.Cost, upTo: true})
+}
+
+// reserveUS converts a reservation's maximum delay to µs, bounded by MaxSpan.
+func reserveUS(d time.Duration) int64 {
+	return min(max(d, 0), ratelimit.MaxSpan).Microseconds()
+}
+
+// lockKeys locks the shards of keys in ascending order, each once, and
+// returns each key's shard and the unlock function.
+func (m *Memory) lockKeys(keys []string, shards *[MaxKeys]uint64) func() {
+	idx := shards[:len(keys)]
+	for i, k := range keys {
+		idx[i] = maphash.String(m.seed, k) & m.mask
+	}
+	var sorted [MaxKeys]uint64
+	order := sorted[:copy(sorted[:], idx)]
+	if len(order) > 1 {
+		slices.Sort(order)
+		order = slices.Compact(order)
+	}
+	for _, s := range order {
+		m.shards[s].mu.Lock()
+	}
+	return func() {
+		for _, s := range order {
+			m.shards[s].mu.Unlock()
+		}
+	}
+}
+
+func (m *Memory) memKey(pid, k string) memKey {
+	mk := memKey{policy: pid, key: k}
+	if len(k) > maxPlainKey {
+		mk.key, mk.hashed = hashedKey(k), true // bounds the bytes an identity holds, as in Redis
+	}
+	return mk
+}
+
+func (m *Memory) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit.Decision, error) {
 	if err := validate(&req); err != nil {
 		return ratelimit.Decision{}, err
 	}
@@ -118,95 +195,112 @@ func (m *Memory) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	}
 	var ps [ratelimit.MaxLimits]param
 	lim, nf := params(req.Policy, &ps)
-	alg, pid := req.Policy.Algorithm(), req.Policy.ID()
+	pid := req.Policy.ID()
 	ttl := req.Policy.TTL().Microseconds()
 
-	// Lock the keys' shards in ascending order, each once.
-	var idx [MaxKeys]uint64
-	shards := idx[:len(req.Keys)]
-	for i, k := range req.Keys {
-		shards[i] = maphash.String(m.seed, k) & m.mask
-	}
-	order := shards
-	if len(shards) > 1 {
-		var sorted [MaxKeys]uint64
-		order = sorted[:copy(sorted[:], shards)]
-		slices.Sort(order)
-		order = slices.Compact(order)
-	}
-	for _, s := range order {
-		m.shards[s].mu.Lock()
-	}
-	defer func() {
-		for _, s := range order {
-			m.shards[s].mu.Unlock()
-		}
-	}()
+	var shards [MaxKeys]uint64
+	unlock := m.lockKeys(req.Keys, &shards)
+	defer unlock()
 	now := m.now().UnixMicro()
 
-	// Pass 1: find (or create) each key's state and check every limit.
-	var ents [MaxKeys]*memEntry
-	var times [MaxKeys]int64
-	// used and retries of limit i of key ki sit at ki*len(lim)+i; the stack
-	// buffers fit four keys, the common case, without zeroing much.
-	var usedBuf, retryBuf [4 * ratelimit.MaxLimits]int64
-	used, retries := usedBuf[:], retryBuf[:]
-	if n := len(req.Keys) * len(lim); n > len(usedBuf) {
-		used, retries = make([]int64, n), make([]int64, n)
-	}
-	check1 := req.Cost
-	if check1 == 0 {
-		check1 = 1 // a peek asks whether a request of cost 1 would fit
-	}
-	allowed := true
+	var mks [MaxKeys]memKey
 	for ki, k := range req.Keys {
+		mks[ki] = m.memKey(pid, k)
+	}
+	own := mks[:len(req.Keys)]
+	var idh string
+	if req.ID != "" {
+		idh = idHash(req.ID)
+	}
+	// Keys whose ID record answers for them are not decided again.
+	var (
+		states  [MaxKeys]keyState
+		ents    [MaxKeys]*memEntry
+		decided [MaxKeys]*keyState
+		records [MaxKeys]*idRecord
+		nd      int
+	)
+	for ki := range req.Keys {
 		sh := &m.shards[shards[ki]]
-		mk := memKey{policy: pid, key: k}
-		if len(k) > maxPlainKey {
-			mk.key, mk.hashed = hashedKey(k), true // bounds the bytes an identity holds, as in Redis
-		}
-		e := sh.get(mk, now, nf, m.maxKeys)
-		ents[ki] = e
-		t := max(now, e.f[0])
-		times[ki] = t
-		for i, p := range lim {
-			u, retry := check(alg, e.f, t, p, check1)
-			used[ki*len(lim)+i], retries[ki*len(lim)+i] = u, retry
-			if retry != 0 {
-				allowed = false
+		if idh != "" {
+			if r := sh.ids[idKey{mks[ki], idh}]; r != nil && r.expires > now && r.repeats < ratelimit.MaxRepeats {
+				r.repeats++
+				records[ki] = r
+				continue
 			}
 		}
+		e := m.entry(sh, mks[ki], now, nf, own)
+		ents[ki] = e
+		states[ki].st = e.f
+		decided[nd] = &states[ki]
+		nd++
 	}
-	charged := int64(0)
-	if allowed {
-		charged = req.Cost
+	var out outcome
+	if nd > 0 {
+		out = run(req.Policy, lim, decided[:nd], now, o)
+	} else {
+		out.allowed = true
 	}
 
-	// Pass 2: report, charge, and fold into the decision.
-	d := ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, len(lim))}
+	d := ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, len(lim)), Granted: out.granted}
+	if out.release > now {
+		d.Delay = time.Duration(out.release-now) * time.Microsecond
+	}
+	var marks []int64
+	var charged []string
+	repeated := nd == 0
 	for ki := range req.Keys {
-		e, t := ents[ki], times[ki]
-		for i, p := range lim {
-			rem, reset := report(alg, e.f, t, p, used[ki*len(lim)+i], charged)
-			fold(&d, i, ki, skewed(status{rem: rem, reset: reset, retry: retries[ki*len(lim)+i]}, t-now), ki == 0)
-		}
-		if charged > 0 {
-			for i, p := range lim {
-				charge(alg, e.f, t, p, used[ki*len(lim)+i], charged)
+		if r := records[ki]; r != nil {
+			for i, s := range r.stats {
+				fold(&d, i, ki, s, ki == 0)
 			}
-			e.f[0] = t
-			e.expires = t + ttl
+			if nd == 0 && ki == 0 { // every key repeats: the first key's answer
+				d.Granted = r.granted
+				if r.at > now {
+					d.Delay = time.Duration(r.at-now) * time.Microsecond
+				}
+			}
+			continue
+		}
+		k := &states[ki]
+		for i, s := range k.stats {
+			fold(&d, i, ki, s, ki == 0)
+		}
+		e := ents[ki]
+		if k.charged || k.blocked {
+			e.expires = max(e.expires, max(k.at, k.t0)+ttl)
+		}
+		if k.charged {
+			charged = append(charged, req.Keys[ki])
+			marks = append(marks, k.at)
+			for i := range lim {
+				marks = append(marks, k.tats[i])
+			}
+			if idh != "" {
+				sh := &m.shards[shards[ki]]
+				ik := idKey{mks[ki], idh}
+				if old := sh.ids[ik]; old == nil || old.expires <= now {
+					m.bound(sh, now)
+					sh.ids[ik] = &idRecord{expires: now + req.Policy.MaxPeriod().Microseconds(),
+						granted: out.granted, at: k.at, stats: slices.Clone(k.stats)}
+				}
+			}
 		}
 	}
-	finish(&d, allowed)
+	finish(&d, out.allowed)
+	d.Repeated = repeated
+	if len(charged) > 0 {
+		d.Receipt = ratelimit.NewReceipt(req.Policy, charged, out.granted, marks)
+	}
 	return d, nil
 }
 
-// get returns the live entry for k, creating or resetting it as needed.
-// The caller holds sh.mu.
-func (sh *memShard) get(k memKey, now int64, nf, maxKeys int) *memEntry {
+// entry returns the live entry for k, creating or resetting it as needed,
+// within the store's bound. The caller holds the shard's lock (and those of
+// own, the request's keys, which are never evicted).
+func (m *Memory) entry(sh *memShard, k memKey, now int64, nf int, own []memKey) *memEntry {
 	if now >= sh.nextSweep {
-		sh.sweep(now)
+		m.sweep(sh, now)
 	}
 	e, ok := sh.m[k]
 	if ok && e.expires > now && len(e.f) == nf {
@@ -219,25 +313,136 @@ func (sh *memShard) get(k memKey, now int64, nf, maxKeys int) *memEntry {
 		}
 		return e
 	}
-	if maxKeys > 0 && len(sh.m) >= maxKeys {
-		// Full: evict one sampled entry (an expired one if sampled), never
-		// sweep the whole shard here, so a flood of new identities costs
-		// constant work each; full sweeps stay on their timer above.
-		sh.evictSample(now, entryExpires)
+	if m.maxKeys > 0 {
+		m.reserve(sh, now, own)
 	}
 	e = &memEntry{f: make([]int64, nf)}
 	sh.m[k] = e
 	return e
 }
 
-// sweep drops expired entries. The caller holds sh.mu.
-func (sh *memShard) sweep(now int64) {
+// reserve makes room for one more identity under the bound: it counts the
+// new one, evicting held identities (never own) while the store is full.
+// The caller holds sh's lock; other shards are only tried, never waited
+// for, so requests locking shards in order cannot deadlock here.
+func (m *Memory) reserve(sh *memShard, now int64, own []memKey) {
+	skip := func(k memKey) bool { return slices.Contains(own, k) }
+	for {
+		c := m.count.Load()
+		if c < m.maxKeys {
+			if m.count.CompareAndSwap(c, c+1) {
+				return
+			}
+			continue
+		}
+		if sh.evictSample(now, entryExpires, skip) {
+			m.count.Add(-1)
+			continue
+		}
+		evicted := false
+		for i := range m.shards {
+			o := &m.shards[i]
+			if o == sh || !o.mu.TryLock() {
+				continue
+			}
+			evicted = o.evictSample(now, entryExpires, skip)
+			o.mu.Unlock()
+			if evicted {
+				m.count.Add(-1)
+				break
+			}
+		}
+		if !evicted {
+			// Everything held belongs to requests in flight (or its shards
+			// are busy): go over the bound rather than wait.
+			m.count.Add(1)
+			return
+		}
+	}
+}
+
+// bound keeps a shard's ID records within the store's bound.
+func (m *Memory) bound(sh *memShard, now int64) {
+	if m.maxKeys <= 0 || int64(len(sh.ids)) < max(m.maxKeys/int64(len(m.shards)), 1) {
+		return
+	}
+	var victim idKey
+	seen := 0
+	for k, r := range sh.ids { // random order: an expired one among 8, else the 8th
+		victim = k
+		if seen++; r.expires <= now || seen == 8 {
+			break
+		}
+	}
+	delete(sh.ids, victim)
+}
+
+// sweep drops expired entries and ID records. The caller holds sh.mu.
+func (m *Memory) sweep(sh *memShard, now int64) {
+	n := int64(0)
 	for k, e := range sh.m {
 		if e.expires <= now {
 			delete(sh.m, k)
+			n++
+		}
+	}
+	if m.maxKeys > 0 && n > 0 {
+		m.count.Add(-n)
+	}
+	for k, r := range sh.ids {
+		if r.expires <= now {
+			delete(sh.ids, k)
 		}
 	}
 	sh.nextSweep = now + sweepEvery
+}
+
+// Reset implements ratelimit.Resetter.
+func (m *Memory) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) error {
+	if err := validateKeys(p, keys); err != nil {
+		return err
+	}
+	var shards [MaxKeys]uint64
+	unlock := m.lockKeys(keys, &shards)
+	defer unlock()
+	for ki, k := range keys {
+		sh := &m.shards[shards[ki]]
+		mk := m.memKey(p.ID(), k)
+		if _, ok := sh.m[mk]; ok {
+			delete(sh.m, mk)
+			if m.maxKeys > 0 {
+				m.count.Add(-1)
+			}
+		}
+	}
+	return nil
+}
+
+// Refund implements ratelimit.Refunder.
+func (m *Memory) Refund(ctx context.Context, r ratelimit.Receipt) error {
+	p, keys, marks, err := checkReceipt(r)
+	if err != nil || p == nil {
+		return err
+	}
+	var ps [ratelimit.MaxLimits]param
+	lim, nf := params(p, &ps)
+	var shards [MaxKeys]uint64
+	unlock := m.lockKeys(keys, &shards)
+	defer unlock()
+	now := m.now().UnixMicro()
+	stride := 1 + len(lim)
+	for ki, k := range keys {
+		sh := &m.shards[shards[ki]]
+		e, ok := sh.m[m.memKey(p.ID(), k)]
+		if !ok || e.expires <= now || len(e.f) != nf {
+			continue // nothing of the charge counts any more
+		}
+		at := marks[ki*stride]
+		for i := range lim {
+			refund(e.f, now, at, &lim[i], r.Cost(), marks[ki*stride+1+i])
+		}
+	}
+	return nil
 }
 
 // Len returns the number of identities the store holds, expired ones not

@@ -90,9 +90,10 @@ func (r *Redis) nodeFor(ctx context.Context, key string) *nodeCircuit {
 }
 
 // runOnNode runs one key's script on a Cluster, through its master's
-// circuit: at once ErrNodeUnavailable while the circuit is open.
-func (r *Redis) runOnNode(ctx context.Context, script *redis.Script, key string, args []any) ([]int64, error) {
-	c := r.nodeFor(ctx, key)
+// circuit: at once ErrNodeUnavailable while the circuit is open. keys live
+// in one slot: the key, and its request-ID record.
+func (r *Redis) runOnNode(ctx context.Context, script *redis.Script, keys []string, args []any) ([]int64, error) {
+	c := r.nodeFor(ctx, keys[0])
 	var probe bool
 	if c != nil {
 		var ok bool
@@ -100,7 +101,7 @@ func (r *Redis) runOnNode(ctx context.Context, script *redis.Script, key string,
 			return nil, ErrNodeUnavailable
 		}
 	}
-	cmd := script.Run(ctx, r.client, []string{key}, args...)
+	cmd := script.Run(ctx, r.client, keys, args...)
 	if c != nil {
 		c.done(nodeOutcome(ctx, cmd.Err(), time.Now()), probe, r.nodeNow())
 	}

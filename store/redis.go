@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,26 +16,19 @@ import (
 	"github.com/ratelimitkit/ratelimit/lua"
 )
 
-var _ ratelimit.Store = (*Redis)(nil)
-
 // One *redis.Script per script: Run sends EVALSHA and falls back to EVAL
 // when Redis answers NOSCRIPT (after a restart or SCRIPT FLUSH).
 var (
-	takeSources = [...]string{
-		ratelimit.SlidingWindow: lua.TakeSliding,
-		ratelimit.FixedWindow:   lua.TakeFixed,
-		ratelimit.TokenBucket:   lua.TakeToken,
-	}
-	takeScripts = [...]*redis.Script{
-		ratelimit.SlidingWindow: redis.NewScript(lua.TakeSliding),
-		ratelimit.FixedWindow:   redis.NewScript(lua.TakeFixed),
-		ratelimit.TokenBucket:   redis.NewScript(lua.TakeToken),
-	}
-	refundScripts = [...]*redis.Script{
-		ratelimit.SlidingWindow: redis.NewScript(lua.RefundSliding),
-		ratelimit.FixedWindow:   redis.NewScript(lua.RefundFixed),
-		ratelimit.TokenBucket:   redis.NewScript(lua.RefundToken),
-	}
+	takeScript   = redis.NewScript(lua.Take)
+	refundScript = redis.NewScript(lua.Refund)
+)
+
+var (
+	_ ratelimit.Store    = (*Redis)(nil)
+	_ ratelimit.Resetter = (*Redis)(nil)
+	_ ratelimit.Refunder = (*Redis)(nil)
+	_ ratelimit.Reserver = (*Redis)(nil)
+	_ ratelimit.Granter  = (*Redis)(nil)
 )
 
 // Redis is a Store whose counters live in Redis, shared by every server
@@ -162,6 +157,28 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 
 // Take implements ratelimit.Store.
 func (r *Redis) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	return r.do(ctx, req, op{cost: req.Cost})
+}
+
+// Reserve implements ratelimit.Reserver. On a Cluster (or Ring), a request
+// whose keys live on several masters cannot reserve, since each master
+// would reserve its own time: it is a plain Take.
+func (r *Redis) Reserve(ctx context.Context, req ratelimit.Request, maxDelay time.Duration) (ratelimit.Decision, error) {
+	return r.do(ctx, req, op{cost: req.Cost, maxDelay: reserveUS(maxDelay)})
+}
+
+// TakeUpTo implements ratelimit.Granter. On a Cluster (or Ring), each key
+// grants what fits on its master and the excess over the smallest grant is
+// refunded at once, off the request's path.
+func (r *Redis) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if req.Cost < 1 {
+		return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: %w: TakeUpTo with cost %d, want at least 1", ErrInvalidRequest, req.Cost)
+	}
+	return r.do(ctx, req, op{cost: req.Cost, upTo: true})
+}
+
+// do runs one request within ctx's deadline (see NewRedis on timeouts).
+func (r *Redis) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit.Decision, error) {
 	if err := validate(&req); err != nil {
 		return ratelimit.Decision{}, err
 	}
@@ -169,7 +186,7 @@ func (r *Redis) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 		return ratelimit.Decision{}, err
 	}
 	if _, ok := ctx.Deadline(); !ok || r.ctxHonored {
-		return r.take(ctx, req)
+		return r.take(ctx, req, o)
 	}
 	type answer struct {
 		d   ratelimit.Decision
@@ -177,7 +194,7 @@ func (r *Redis) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 	}
 	ch := make(chan answer, 1)
 	go func() {
-		d, err := r.take(ctx, req)
+		d, err := r.take(ctx, req, o)
 		ch <- answer{d, err}
 	}()
 	select {
@@ -188,115 +205,310 @@ func (r *Redis) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 	}
 }
 
-func (r *Redis) take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+// resendID returns a fresh 8-character ID for one script call: a script
+// whose reply was lost and that go-redis sends again finds it among the
+// last charges of its key and charges nothing twice.
+func resendID() string {
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_"
+	v := rand.Uint64()
+	var b [8]byte
+	for i := range b {
+		b[i] = digits[v&63]
+		v >>= 6
+	}
+	return string(b[:])
+}
+
+// callArgs lays out a take's ARGV: the per-call arguments, then the
+// policy's unless its script has them baked in.
+func (p *preparedTake) callArgs(now int64, o op, rid string, hasID bool) []any {
+	args := make([]any, 6, 6+len(p.tail))
+	mode := "0"
+	if o.upTo {
+		mode = "1"
+	}
+	id := "0"
+	if hasID {
+		id = "1"
+	}
+	args[0], args[1], args[2], args[3], args[4], args[5] = now, o.cost, mode, o.maxDelay, rid, id
+	return append(args, p.tail...)
+}
+
+// nowUS is the time the scripts get: 0, for Redis TIME, unless a test set
+// a clock.
+func (r *Redis) nowUS() int64 {
+	if r.now != nil {
+		return r.now().UnixMicro()
+	}
+	return 0
+}
+
+func (r *Redis) take(ctx context.Context, req ratelimit.Request, o op) (ratelimit.Decision, error) {
 	pol := req.Policy
+	now := r.nowUS()
+	prep := r.prepared(pol)
+	nl := pol.NumLimits()
 	keys := make([]string, len(req.Keys))
 	for i, k := range req.Keys {
 		keys[i] = redisKey(r.prefix, pol.ID(), k)
 	}
-	var now int64 // 0: the script reads Redis TIME
-	if r.now != nil {
-		now = r.now().UnixMicro()
+	var idKeys []string
+	if req.ID != "" {
+		h := idHash(req.ID)
+		idKeys = make([]string, len(req.Keys))
+		for i, k := range req.Keys {
+			idKeys[i] = redisKey(r.prefix, pol.ID()+":id:"+h, k)
+		}
 	}
-	var ps [ratelimit.MaxLimits]param
-	lim, nf := params(pol, &ps)
-	prep := r.prepared(pol, nf, lim)
-	args, script := prep.args(now, req.Cost), prep.script
-	d := ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, len(lim))}
 
 	if !r.cluster || len(keys) == 1 {
+		args := prep.callArgs(now, o, resendID(), idKeys != nil)
+		all := append(keys, idKeys...)
 		var reply []int64
 		var err error
 		switch {
 		case r.batch != nil:
-			reply, err = r.batch.do(ctx, script, keys, args)
+			reply, err = r.batch.do(ctx, prep.script, all, args)
 		case r.cluster:
-			reply, err = r.runOnNode(ctx, script, keys[0], args)
+			reply, err = r.runOnNode(ctx, prep.script, all, args)
 		default:
-			reply, err = script.Run(ctx, r.client, keys, args...).Int64Slice()
+			reply, err = prep.script.Run(ctx, r.client, all, args...).Int64Slice()
 		}
 		if err != nil {
 			return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: redis: %w", err)
 		}
-		allowed, err := readReply(&d, reply, 0, len(keys), len(lim), true)
-		if err != nil {
+		if err := checkReply(reply, len(keys), nl); err != nil {
 			return ratelimit.Decision{}, err
 		}
-		finish(&d, allowed)
-		return d, nil
+		return decide(req, [][]int64{reply}, nl), nil
 	}
+	return r.takeCluster(ctx, req, o, prep, keys, idKeys, now)
+}
 
-	// Redis Cluster: the keys live on different nodes, so each key's
-	// script is its own command, all sent at once (one round trip in
-	// parallel). Each answer stands on its own: the first denial answers
-	// the request at once, even while a dead node keeps another command
-	// waiting until the deadline; charges made for a request that is not
-	// admitted are refunded.
+// Reply layout of the take script: a header, then per key a kind, the time
+// of its charge, and 4 numbers per limit.
+const (
+	rAllowed = 0
+	rNow     = 1
+	rGranted = 2
+	rRelease = 3
+	rHeader  = 5
+)
+
+// Key kinds in a reply.
+const (
+	kindDecided  = 0
+	kindCharged  = 1
+	kindRecorded = 2 // answered by its request ID's record
+	kindResent   = 3 // a resend of a call that charged
+)
+
+func checkReply(reply []int64, nkeys, nlim int) error {
+	if want := rHeader + nkeys*(2+4*nlim); len(reply) != want || reply[rAllowed] != 0 && reply[rAllowed] != 1 {
+		return fmt.Errorf("ratelimit/store: redis: unexpected script reply of %d values, want %d", len(reply), want)
+	}
+	return nil
+}
+
+// decide builds the Decision of replies that together cover req.Keys in
+// order (one reply for all keys, or one per key on a Cluster), as the
+// memory store builds its own.
+func decide(req ratelimit.Request, replies [][]int64, nl int) ratelimit.Decision {
+	d := ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, nl)}
+	allowed, all := true, true
+	var marks []int64
+	var charged []string
+	ki := 0
+	var first []int64 // the first key's part
+	for _, rep := range replies {
+		if rep[rAllowed] == 0 {
+			allowed = false
+		}
+		n := (len(rep) - rHeader) / (2 + 4*nl)
+		for k := 0; k < n; k, ki = k+1, ki+1 {
+			part := rep[rHeader+k*(2+4*nl):]
+			if ki == 0 {
+				first = part
+			}
+			for i := 0; i < nl; i++ {
+				p := part[2+4*i:]
+				fold(&d, i, ki, status{rem: p[0], reset: p[1], retry: p[2]}, ki == 0)
+			}
+			if part[0] != kindRecorded {
+				all = false
+			}
+			if part[0] == kindCharged {
+				charged = append(charged, req.Keys[ki])
+				marks = append(marks, part[1])
+				for i := 0; i < nl; i++ {
+					marks = append(marks, part[2+4*i+3])
+				}
+			}
+		}
+	}
+	rep := replies[0]
+	d.Granted = rep[rGranted]
+	if all {
+		d.Repeated = true
+		if at := first[1]; at > rep[rNow] {
+			d.Delay = time.Duration(at-rep[rNow]) * time.Microsecond
+		}
+	} else if rel := rep[rRelease]; rel > rep[rNow] {
+		d.Delay = time.Duration(rel-rep[rNow]) * time.Microsecond
+	}
+	finish(&d, allowed)
+	if len(charged) > 0 {
+		d.Receipt = ratelimit.NewReceipt(req.Policy, charged, d.Granted, marks)
+	}
+	return d
+}
+
+// takeCluster runs one request whose keys live in different slots: each
+// key's script is its own command, all sent at once (one round trip in
+// parallel). Every master's answer is awaited, up to three quarters of the
+// budget, so that a denial reports the longest wait any master gave; masters
+// that never answered are left out. Charges made for a request that is not
+// admitted (or, granting, beyond the smallest grant) are refunded off the
+// request's path.
+func (r *Redis) takeCluster(ctx context.Context, req ratelimit.Request, o op, prep *preparedTake, keys, idKeys []string, now int64) (ratelimit.Decision, error) {
+	nl := req.Policy.NumLimits()
+	o.maxDelay = 0 // each master would reserve its own time: no reservations across masters
 	pctx := ctx
 	if dl, ok := ctx.Deadline(); ok {
 		// End the calls at three quarters of the budget, leaving time to
-		// answer with what the live nodes said.
+		// answer with what the live masters said.
 		var cancel context.CancelFunc
 		pctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)*3/4))
 		defer cancel()
 	}
+	rid := resendID()
 	answers := make(chan keyAnswer, len(keys))
 	for i := range keys {
 		go func(i int) {
-			rep, err := r.runOnNode(pctx, script, keys[i], args)
-			if err == nil && (len(rep) != 2+3*len(lim) || rep[0] != 0 && rep[0] != 1) {
-				err = fmt.Errorf("unexpected script reply of %d values", len(rep))
+			ks := keys[i : i+1]
+			if idKeys != nil {
+				ks = []string{keys[i], idKeys[i]}
+			}
+			rep, err := r.runOnNode(pctx, prep.script, ks, prep.callArgs(now, o, rid, idKeys != nil))
+			if err == nil {
+				err = checkReply(rep, 1, nl)
 			}
 			answers <- keyAnswer{i, rep, err}
 		}(i)
 	}
 	replies := make([][]int64, len(keys))
-	denied, pending := false, len(keys)
 	var failed error
-	for pending > 0 && !denied {
-		a := <-answers
+	pending := len(keys)
+collect:
+	for pending > 0 {
+		var a keyAnswer
+		select {
+		case a = <-answers:
+		case <-pctx.Done():
+			select { // an answer that arrived with the deadline still counts
+			case a = <-answers:
+			default:
+				break collect
+			}
+		}
 		pending--
 		if a.err != nil {
 			failed = fmt.Errorf("ratelimit/store: redis: key %d: %w", a.i, a.err)
 			continue
 		}
 		replies[a.i] = a.rep
-		denied = a.rep[0] == 0
 	}
-	allowed := !denied && failed == nil
-	refund := &refunder{r: r, pol: pol, cost: req.Cost, nf: nf, lim: lim}
-	folded := false
+	denied, grant := false, o.cost
+	for _, rep := range replies {
+		if rep == nil {
+			continue
+		}
+		if rep[rAllowed] == 0 {
+			denied = true
+		}
+		grant = min(grant, rep[rGranted])
+	}
+	allowed := !denied && failed == nil && pending == 0
+	// Give back what the request was charged and will not use.
+	refunds := &refunder{r: r, pol: req.Policy}
 	for ki, rep := range replies {
 		if rep == nil {
 			continue
 		}
-		if rep[0] == 1 && req.Cost > 0 && !allowed {
-			// Charged here, not admitted: refund, and report this key as
-			// if it had not been charged.
-			refund.add(keys[ki], rep[1])
-			for i := range lim {
-				rep[2+3*i] += req.Cost
+		part := rep[rHeader:]
+		if part[0] != kindCharged {
+			continue
+		}
+		back := rep[rGranted]
+		if allowed {
+			back -= grant
+		}
+		if back <= 0 {
+			continue
+		}
+		m := make([]int64, 0, 1+nl)
+		m = append(m, part[1])
+		for i := 0; i < nl; i++ {
+			m = append(m, part[2+4*i+3])
+		}
+		refunds.add(keys[ki], back, slices.Clone(m))
+		// Report this key as if it had not been charged what comes back;
+		// its receipt's TATs are those after the grant alone.
+		_, widths, _, _ := req.Policy.Compiled()
+		for i := 0; i < nl; i++ {
+			part[2+4*i] += back
+			if req.Policy.Counter(i) == ratelimit.CounterToken {
+				part[2+4*i+3] -= back * widths[i]
 			}
 		}
-		if _, err := readReply(&d, rep, ki, 1, len(lim), !folded); err != nil {
-			return ratelimit.Decision{}, err
+		if !allowed {
+			part[0] = kindDecided
 		}
-		folded = true
+		rep[rGranted] -= back
 	}
-	if !allowed && (len(refund.keys) > 0 || pending > 0) {
-		// Best effort, off the request's path: the calls still in flight
-		// are awaited and refunded if they charged; a refund that fails
-		// leaves a charge that expires with its window.
+	if pending > 0 || len(refunds.keys) > 0 {
 		r.refunds.Add(1)
 		go func() {
 			defer r.refunds.Done()
-			refund.run(answers, pending, keys)
+			refunds.run(answers, pending, keys, o, grant, allowed, nl)
 		}()
 	}
-	if !denied && failed != nil {
+	if !denied && (failed != nil || pending > 0) {
+		if failed == nil {
+			failed = fmt.Errorf("ratelimit/store: redis: %d of %d keys got no answer: %w", pending, len(keys), context.DeadlineExceeded)
+		}
 		return ratelimit.Decision{}, failed // no key denied, some could not decide
 	}
-	finish(&d, allowed)
+	var got [][]int64
+	var gotKeys []string
+	for ki, rep := range replies {
+		if rep != nil {
+			if !allowed {
+				rep[rAllowed] = 0
+			}
+			rep[rGranted] = grant
+			got = append(got, rep)
+			gotKeys = append(gotKeys, req.Keys[ki])
+		}
+	}
+	sub := req
+	sub.Keys = gotKeys
+	d := decide(sub, got, nl)
+	// Indexes refer to the request's keys, not to those that answered.
+	remap := make([]int, 0, len(gotKeys))
+	for ki, rep := range replies {
+		if rep != nil {
+			remap = append(remap, ki)
+		}
+	}
+	d.Key = remap[d.Key]
+	for i := range d.Limits {
+		d.Limits[i].Key = remap[d.Limits[i].Key]
+	}
+	if !allowed {
+		d.Granted, d.Receipt = 0, ratelimit.Receipt{}
+	}
 	return d, nil
 }
 
@@ -307,65 +519,184 @@ type keyAnswer struct {
 	err error
 }
 
-// refundTimeout bounds the background refunds of a Cluster denial.
+// refundTimeout bounds the background refunds of a Cluster request.
 const refundTimeout = 2 * time.Second
 
-// refunder takes back the charges of a request that was not admitted.
+// refunder takes back charges a Cluster request will not use.
 type refunder struct {
-	r    *Redis
-	pol  *ratelimit.Policy
-	cost int64
-	nf   int
-	lim  []param
-	keys []string
-	at   []int64
+	r     *Redis
+	pol   *ratelimit.Policy
+	keys  []string
+	costs []int64
+	marks [][]int64
 }
 
-func (f *refunder) add(key string, at int64) {
+func (f *refunder) add(key string, cost int64, marks []int64) {
 	f.keys = append(f.keys, key)
-	f.at = append(f.at, at)
+	f.costs = append(f.costs, cost)
+	f.marks = append(f.marks, marks)
 }
 
-// run waits for the pending answers, adds their charges, and refunds all.
-func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string) {
+// run waits for the answers still pending (those that charged are refunded
+// too: the request did not wait for them), then refunds everything.
+func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, o op, grant int64, allowed bool, nl int) {
 	ctx, cancel := context.WithTimeout(context.Background(), refundTimeout)
 	defer cancel()
 	for ; pending > 0; pending-- {
 		select {
 		case a := <-answers:
-			if a.err == nil && a.rep[0] == 1 && f.cost > 0 {
-				f.add(keys[a.i], a.rep[1])
+			if a.err == nil && a.rep[rHeader] == kindCharged && a.rep[rGranted] > 0 {
+				m := []int64{a.rep[rHeader+1]}
+				for i := 0; i < nl; i++ {
+					m = append(m, a.rep[rHeader+2+4*i+3])
+				}
+				f.add(keys[a.i], a.rep[rGranted], m)
 			}
 		case <-ctx.Done():
 			return
 		}
 	}
 	if len(f.keys) > 0 {
-		runEach(ctx, f.r.client, refundScripts[f.pol.Algorithm()], f.keys, func(i int) []any {
-			return scriptArgs(f.at[i], f.cost, 0, f.nf, f.lim)
+		runEach(ctx, f.r.client, refundScript, f.keys, func(i int) []any {
+			return refundArgs(f.r.nowUS(), f.pol, f.costs[i], f.marks[i])
 		})
 	}
 }
 
-// preparedTake is what a policy's Take sends besides its keys: the script
-// and the arguments after now and cost (none when the script has the
-// policy baked in), boxed once so a Take does not box them again.
+// refundArgs lays out a refund's ARGV: now (0: Redis TIME), cost, the
+// policy, then the marks of each key.
+func refundArgs(now int64, p *ratelimit.Policy, cost int64, marks ...[]int64) []any {
+	lp := luaParams(p)
+	args := make([]any, 0, 3+len(lp)+len(marks)*(1+p.NumLimits()))
+	args = append(args, now, cost, p.NumLimits())
+	for _, v := range lp {
+		args = append(args, v)
+	}
+	for _, m := range marks {
+		for _, v := range m {
+			args = append(args, v)
+		}
+	}
+	return args
+}
+
+// Reset implements ratelimit.Resetter: one DEL of every key (one per key
+// on a Cluster, sent together), in one round trip.
+func (r *Redis) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) error {
+	if err := validateKeys(p, keys); err != nil {
+		return err
+	}
+	rk := make([]string, len(keys))
+	for i, k := range keys {
+		rk[i] = redisKey(r.prefix, p.ID(), k)
+	}
+	if !r.cluster || len(rk) == 1 {
+		if err := r.client.Del(ctx, rk...).Err(); err != nil {
+			return fmt.Errorf("ratelimit/store: redis: reset: %w", err)
+		}
+		return nil
+	}
+	cmds, err := r.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for _, k := range rk {
+			pl.Del(ctx, k)
+		}
+		return nil
+	})
+	for i, c := range cmds {
+		if c.Err() != nil {
+			return fmt.Errorf("ratelimit/store: redis: reset key %d: %w", i, c.Err())
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("ratelimit/store: redis: reset: %w", err)
+	}
+	return nil
+}
+
+// Refund implements ratelimit.Refunder: one script call (one per key on a
+// Cluster, sent together), in one round trip.
+func (r *Redis) Refund(ctx context.Context, rc ratelimit.Receipt) error {
+	p, keys, marks, err := checkReceipt(rc)
+	if err != nil || p == nil {
+		return err
+	}
+	stride := 1 + p.NumLimits()
+	rk := make([]string, len(keys))
+	per := make([][]int64, len(keys))
+	for i, k := range keys {
+		rk[i] = redisKey(r.prefix, p.ID(), k)
+		per[i] = marks[i*stride : (i+1)*stride]
+	}
+	if !r.cluster || len(rk) == 1 {
+		if err := refundScript.Run(ctx, r.client, rk, refundArgs(r.nowUS(), p, rc.Cost(), per...)...).Err(); err != nil {
+			return fmt.Errorf("ratelimit/store: redis: refund: %w", err)
+		}
+		return nil
+	}
+	for i, c := range runEach(ctx, r.client, refundScript, rk, func(i int) []any { return refundArgs(r.nowUS(), p, rc.Cost(), per[i]) }) {
+		if c.Err() != nil {
+			return fmt.Errorf("ratelimit/store: redis: refund key %d: %w", i, c.Err())
+		}
+	}
+	return nil
+}
+
+// WaitRefunds waits for the refunds a Cluster store runs in the background
+// (at most refundTimeout each). Tests and graceful shutdowns call it.
+func (r *Redis) WaitRefunds() { r.refunds.Wait() }
+
+// preparedTake is what a policy's Take sends besides its keys and per-call
+// arguments: the script and, unless it has the policy baked in, the
+// policy's arguments, boxed once so a Take does not box them again.
 type preparedTake struct {
 	script *redis.Script
 	tail   []any
 }
 
-func (p *preparedTake) args(now, cost int64) []any {
-	args := make([]any, 2, 2+len(p.tail))
-	args[0], args[1] = now, cost
-	return append(args, p.tail...)
+// luaParams lays out a policy for the scripts: 7 numbers per limit (kind,
+// capacity, width, n, period, first field, log slots per chunk field), the
+// fields numbered from 2 (field 1 is the time of the last charge).
+func luaParams(p *ratelimit.Policy) []int64 {
+	var ps [ratelimit.MaxLimits]param
+	lim, _ := params(p, &ps)
+	out := make([]int64, 0, 7*len(lim))
+	off := int64(2)
+	for _, l := range lim {
+		var cs, n int64
+		switch l.kind {
+		case ratelimit.CounterBuckets:
+			n = 1 + 2*(l.n+1)
+		case ratelimit.CounterLog:
+			cs = logChunk(l.capacity)
+			n = 1 + (l.capacity+cs-1)/cs
+		case ratelimit.CounterFixed:
+			n = 2
+		case ratelimit.CounterToken:
+			n = 1
+		case ratelimit.CounterApprox:
+			n = 3
+		}
+		out = append(out, int64(l.kind), l.capacity, l.width, l.n, l.period, off, cs)
+		off += n
+	}
+	return out
+}
+
+// logChunk is how many 16-digit times a log packs into one hash field: four
+// (64 bytes, the most a small hash keeps in its compact encoding) for the
+// small logs of SlidingWindow, 32 for the larger ones of SlidingLog.
+func logChunk(rate int64) int64 {
+	if rate <= ratelimit.ExactRateMax {
+		return 4
+	}
+	return 32
 }
 
 // prepared returns the policy's prepared Take, computing it once. The
 // first maxBaked policies get a script of their own with their parameters
 // baked in (Redis keeps one script per distinct policy); later ones, and
-// those beyond maxPrepared, use the algorithm's script with full ARGV.
-func (r *Redis) prepared(pol *ratelimit.Policy, nf int, lim []param) *preparedTake {
+// those beyond maxPrepared, use the generic script with the policy in ARGV.
+func (r *Redis) prepared(pol *ratelimit.Policy) *preparedTake {
 	if v, ok := r.argCache.Load(pol); ok {
 		return v.(*preparedTake)
 	}
@@ -374,17 +705,27 @@ func (r *Redis) prepared(pol *ratelimit.Policy, nf int, lim []param) *preparedTa
 	if v, ok := r.argCache.Load(pol); ok { // prepared while this call waited
 		return v.(*preparedTake)
 	}
-	ttl := (pol.TTL() + r.ttlExtra).Milliseconds()
+	b := lua.Baked{
+		TTLMS:   (pol.TTL() + r.ttlExtra).Milliseconds(),
+		BlockUS: pol.BlockFor().Microseconds(),
+		IDTTLUS: pol.MaxPeriod().Microseconds(),
+		Reserve: pol.Reserves(),
+		P:       luaParams(pol),
+	}
 	n := r.argCount + 1
 	var p *preparedTake
 	if n <= r.maxBaked {
-		flat := make([]int64, 0, 4*len(lim))
-		for _, l := range lim {
-			flat = append(flat, l.capacity, l.width, l.n, l.off)
-		}
-		p = &preparedTake{script: redis.NewScript(lua.Bake(takeSources[pol.Algorithm()], ttl, nf, flat))}
+		p = &preparedTake{script: redis.NewScript(lua.Bake(b))}
 	} else {
-		p = &preparedTake{script: takeScripts[pol.Algorithm()], tail: scriptArgs(0, 0, ttl, nf, lim)[2:]}
+		res := "0"
+		if b.Reserve {
+			res = "1"
+		}
+		tail := []any{b.TTLMS, len(b.P) / 7, b.BlockUS, b.IDTTLUS, res}
+		for _, v := range b.P {
+			tail = append(tail, v)
+		}
+		p = &preparedTake{script: takeScript, tail: tail}
 	}
 	// Policies are meant to be built once; a program that builds one per
 	// request must not grow the cache without bound.
@@ -393,35 +734,6 @@ func (r *Redis) prepared(pol *ratelimit.Policy, nf int, lim []param) *preparedTa
 		r.argCount = n
 	}
 	return p
-}
-
-// scriptArgs lays out ARGV: now, cost, ttl (ms), fields, limits, then four
-// numbers per limit.
-func scriptArgs(now, cost, ttlMS int64, nf int, lim []param) []any {
-	args := make([]any, 0, 5+4*len(lim))
-	args = append(args, now, cost, ttlMS, nf, len(lim))
-	for _, p := range lim {
-		args = append(args, p.capacity, p.width, p.n, p.off)
-	}
-	return args
-}
-
-// readReply folds the statuses of nkeys keys, the first numbered first,
-// from a take reply: {allowed, per key: time, per limit: rem, reset, retry}.
-// firstFold says no status was folded into d before.
-func readReply(d *ratelimit.Decision, reply []int64, first, nkeys, nlim int, firstFold bool) (bool, error) {
-	if want := 1 + nkeys*(1+3*nlim); len(reply) != want || (reply[0] != 0 && reply[0] != 1) {
-		return false, fmt.Errorf("ratelimit/store: redis: unexpected script reply of %d values, want %d", len(reply), want)
-	}
-	at := 1
-	for k := 0; k < nkeys; k++ {
-		at++ // the key's time
-		for i := 0; i < nlim; i++ {
-			fold(d, i, first+k, status{rem: reply[at], reset: reply[at+1], retry: reply[at+2]}, firstFold && k == 0)
-			at += 3
-		}
-	}
-	return reply[0] == 1, nil
 }
 
 // runEach runs script once per key in one pipeline; see pipeline.

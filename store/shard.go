@@ -10,14 +10,18 @@ type shard[V any] struct {
 	_  [40]byte // keeps neighbouring shards' locks off one cache line
 }
 
-// evictSample drops one entry: the first already expired (expires ≤ now)
-// among up to 8 sampled (map iteration order is random), or else the one
-// of them that expires first. Constant work, whatever the shard's size.
-// The caller holds sh.mu.
-func (sh *shard[V]) evictSample(now int64, expires func(V) int64) {
+// evictSample drops one entry that skip (if not nil) does not protect: the
+// first already expired (expires ≤ now) among up to 8 sampled (map
+// iteration order is random), or else the one of them that expires first.
+// Constant work, whatever the shard's size. It reports whether it dropped
+// one. The caller holds sh.mu.
+func (sh *shard[V]) evictSample(now int64, expires func(V) int64, skip func(memKey) bool) bool {
 	var victim memKey
 	first, seen := int64(0), 0
 	for k, v := range sh.m {
+		if skip != nil && skip(k) {
+			continue
+		}
 		if e := expires(v); seen == 0 || e < first {
 			victim, first = k, e
 		}
@@ -25,7 +29,11 @@ func (sh *shard[V]) evictSample(now int64, expires func(V) int64) {
 			break
 		}
 	}
+	if seen == 0 {
+		return false
+	}
 	delete(sh.m, victim)
+	return true
 }
 
 // size returns the number of entries.

@@ -1,0 +1,284 @@
+-- Counters: mirrors store/algorithm.go line for line.
+-- P holds 7 numbers per limit from index j+1: kind (0 buckets, 1 log,
+-- 2 fixed, 3 token, 4 approx), capacity, width (µs: a sub-bucket, the
+-- emission interval, or the period), n (sub-buckets), period (µs), off
+-- (its first field) and, for a log, the slots per chunk field.
+-- s holds the fields of one identity read so far: s[1] the time of the
+-- last charge; s.b, s.l, s.r the penalty's end, its limit, and the latest
+-- reservation's release time; numbered fields from 2 the limits' own, as
+-- numbers, except a log's chunks (strings of 16-digit times; false when
+-- the field does not exist).
+local floor, ceil, sub, fmt = math.floor, math.ceil, string.sub, string.format
+local ZERO16 = '0000000000000000'
+
+-- bload loads the cost and latest-admission fields of buckets from..to.
+local function bload(s, key, j, from, to)
+  local off, n1 = P[j + 6], P[j + 4] + 1
+  local f, m = nil, 0
+  for b = from, to do
+    local x = off + 1 + b % n1
+    if s[x] == nil then
+      if not f then f = {} end
+      f[m + 1], f[m + 2], m = x, x + n1, m + 2
+    end
+  end
+  if m == 0 then return end
+  local v = redis.call('HMGET', key, unpack(f))
+  for i = 1, m do s[f[i]] = tonumber(v[i]) or 0 end
+end
+
+-- lslot returns the time of the i-th oldest unit of a log.
+local function lslot(s, key, j, i)
+  local R, off, cs = P[j + 2], P[j + 6], P[j + 7]
+  local pos = (s[off] + i) % R
+  local f = off + 1 + floor(pos / cs)
+  local c = s[f]
+  if c == nil then
+    c = redis.call('HGET', key, f)
+    s[f] = c
+  end
+  if not c then return 0 end
+  local o = (pos % cs) * 16
+  if #c < o + 16 then return 0 end
+  return tonumber(sub(c, o + 1, o + 16))
+end
+
+-- lavail counts the units of a log that stopped counting by t.
+local function lavail(s, key, j, t)
+  local lo, hi, per = 0, P[j + 2], P[j + 5]
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if lslot(s, key, j, mid) + per <= t then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+local function awin(s, j, t)
+  local off, k = P[j + 6], floor(t / P[j + 3])
+  local win = s[off]
+  if win == k then return s[off + 1], s[off + 2] end
+  if win == k - 1 then return 0, s[off + 1] end
+  return 0, 0
+end
+
+-- aavail: the weighted product in doubles, in the order Go computes it.
+local function aavail(j, t, cur, prev)
+  local per = P[j + 3]
+  local e = t - floor(t / per) * per
+  local est = prev * (per - e) / per
+  local a = floor((P[j + 2] - cur) - est)
+  if a < 0 then return 0 end
+  return a
+end
+
+local function aretry(s, j, t, cur, prev, c)
+  local per, cap = P[j + 3], P[j + 2]
+  local k = floor(t / per)
+  local function fits(x)
+    local a, b = awin(s, j, x)
+    return aavail(j, x, a, b) >= c
+  end
+  local x
+  local m = cap - cur - c
+  if m >= 0 and prev > 0 then
+    x = k * per + ceil(per - m * per / prev)
+  elseif cur > 0 then
+    x = (k + 1) * per + ceil(per - (cap - c) * per / cur)
+  else
+    x = (k + 1) * per
+  end
+  if x < t + 1 then x = t + 1 end
+  if x > (k + 2) * per then x = (k + 2) * per end
+  local i = 0
+  while i < 64 and not fits(x) do x, i = x + 1, i + 1 end
+  i = 0
+  while i < 64 and x > t + 1 and fits(x - 1) do x, i = x - 1, i + 1 end
+  return x - t
+end
+
+-- evaluate returns used, total, avail and retry of one limit at t for
+-- cost c (see store/algorithm.go's eval).
+local function evaluate(s, key, j, t, c)
+  local kind, cap, w = P[j + 1], P[j + 2], P[j + 3]
+  local used, total, avail, retry = 0, 0, 0, 0
+  if kind == 1 then
+    avail = lavail(s, key, j, t)
+    if c > cap then
+      retry = -1
+    else
+      local free = lslot(s, key, j, c - 1) + P[j + 5]
+      if free > t then retry = free - t end
+    end
+  elseif kind == 0 then
+    local n, off = P[j + 4], P[j + 6]
+    local n1 = n + 1
+    local k, h = floor(t / w), floor(s[1] / w)
+    if k - h < n1 then
+      bload(s, key, j, h + 1, k + 1)
+      total = s[off]
+      for b = h + 1, k do total = total - s[off + 1 + b % n1] end
+      used = total
+      local es = off + 1 + (k + 1) % n1
+      if s[es] ~= 0 and s[es + n1] <= t - k * w then used = used - s[es] end
+    end
+    avail = cap - used
+    if c > cap then
+      retry = -1
+    elseif used + c > cap then
+      bload(s, key, j, k - n, h)
+      local need, freed = used + c - cap, 0
+      for b = k - n, h do
+        local x = off + 1 + b % n1
+        if s[x] ~= 0 and not (b == k - n and s[x + n1] <= t - k * w) then
+          freed = freed + s[x]
+          if freed >= need then
+            retry = (b + n) * w + s[x + n1] - t
+            break
+          end
+        end
+      end
+    end
+  elseif kind == 2 then
+    local off = P[j + 6]
+    if s[off] == floor(t / w) then used = s[off + 1] end
+    avail = cap - used
+    if c > cap then
+      retry = -1
+    elseif used + c > cap then
+      retry = (floor(t / w) + 1) * w - t
+    end
+  elseif kind == 3 then
+    used = s[P[j + 6]]
+    if used < t then used = t end
+    local limit = cap * w
+    local x = limit - (used - t)
+    if x > 0 then avail = floor(x / w) end
+    if c > cap then
+      retry = -1
+    else
+      local nx = used + c * w - t
+      if nx > limit then retry = nx - limit end
+    end
+  else
+    used, total = awin(s, j, t)
+    avail = aavail(j, t, used, total)
+    if c > cap then
+      retry = -1
+    elseif c > avail then
+      retry = aretry(s, j, t, used, total, c)
+    end
+  end
+  return used, total, avail, retry
+end
+
+-- report returns the remaining cost and the time until the whole quota is
+-- back, after charging ch at t.
+local function report(s, key, j, t, used, total, avail, ch)
+  local kind, w = P[j + 1], P[j + 3]
+  local rem, reset = avail - ch, 0
+  if kind == 1 then
+    local newest = t
+    if ch == 0 then newest = lslot(s, key, j, P[j + 2] - 1) end
+    reset = newest + P[j + 5] - t
+    if reset < 0 then reset = 0 end
+  elseif kind == 0 then
+    if ch > 0 then return rem, P[j + 5] end
+    if used == 0 then return rem, 0 end -- no counted bucket holds any cost
+    local n, off = P[j + 4], P[j + 6]
+    local n1 = n + 1
+    local k, h = floor(t / w), floor(s[1] / w)
+    if k - h >= n1 then return rem, 0 end
+    bload(s, key, j, k - n, h)
+    for b = h, k - n, -1 do
+      local x = off + 1 + b % n1
+      if s[x] ~= 0 and not (b == k - n and s[x + n1] <= t - k * w) then
+        return rem, (b + n) * w + s[x + n1] - t
+      end
+    end
+  elseif kind == 2 then
+    if used + ch > 0 then reset = (floor(t / w) + 1) * w - t end
+  elseif kind == 3 then
+    local tat = used + ch * w
+    rem = 0
+    local x = P[j + 2] * w - (tat - t)
+    if x > 0 then rem = floor(x / w) end
+    reset = tat - t
+  else
+    local k = floor(t / w)
+    if used + ch > 0 then
+      reset = (k + 2) * w - t
+    elseif total > 0 then
+      reset = (k + 1) * w - t
+    end
+  end
+  return rem, reset
+end
+
+-- lwrite sets the slots of positions pos..pos+c-1 (ring order) of a log to
+-- the 16-digit time ts, appending the changed chunk fields to out.
+local function lwrite(s, key, j, pos, c, ts, out, o)
+  local R, off, cs = P[j + 2], P[j + 6], P[j + 7]
+  local i = 0
+  while i < c do
+    local p0 = (pos + i) % R
+    local ci = floor(p0 / cs)
+    local f = off + 1 + ci
+    local str = s[f]
+    if str == nil then str = redis.call('HGET', key, f) end
+    if not str then str = '' end
+    local nsl = cs
+    if (ci + 1) * cs > R then nsl = R - ci * cs end
+    local parts = {}
+    for q = 0, nsl - 1 do
+      if #str >= q * 16 + 16 then parts[q + 1] = sub(str, q * 16 + 1, q * 16 + 16) else parts[q + 1] = ZERO16 end
+    end
+    while i < c and floor(((pos + i) % R) / cs) == ci do
+      parts[(pos + i) % R % cs + 1] = ts
+      i = i + 1
+    end
+    str = table.concat(parts)
+    s[f] = str
+    out[o], out[o + 1], o = f, str, o + 2
+  end
+  return o
+end
+
+-- charge appends the changed field, value pairs of one limit charged c at
+-- t to out from index o and returns the next free index.
+local function charge(s, key, j, t, used, total, c, out, o)
+  local kind, w, off = P[j + 1], P[j + 3], P[j + 6]
+  if kind == 1 then
+    local ptr = s[off]
+    o = lwrite(s, key, j, ptr, c, fmt('%016d', t), out, o)
+    s[off] = (ptr + c) % P[j + 2]
+    out[o], out[o + 1] = off, s[off]
+    return o + 2
+  elseif kind == 0 then
+    local n, n1 = P[j + 4], P[j + 4] + 1
+    local k, h = floor(t / w), floor(s[1] / w)
+    local lo = h + 1
+    if lo < k - n then lo = k - n end
+    for b = lo, k - 1 do
+      local x = off + 1 + b % n1
+      if s[x] ~= 0 then
+        s[x], s[x + n1] = 0, 0
+        out[o], out[o + 1], out[o + 2], out[o + 3], o = x, 0, x + n1, 0, o + 4
+      end
+    end
+    local x = off + 1 + k % n1
+    if k > h then s[x] = 0 else bload(s, key, j, k, k) end
+    s[x] = s[x] + c
+    out[o], out[o + 1], out[o + 2], out[o + 3] = x, s[x], x + n1, t - k * w
+    out[o + 4], out[o + 5] = off, total + c
+    return o + 6
+  elseif kind == 2 then
+    out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
+    return o + 4
+  elseif kind == 3 then
+    out[o], out[o + 1] = off, fmt('%d', used + c * w)
+    return o + 2
+  end
+  out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
+  out[o + 4], out[o + 5] = off + 2, total
+  return o + 6
+end

@@ -1,0 +1,182 @@
+package store
+
+import (
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// This file runs one request on the states of its keys: the decision both
+// stores make, written once for the memory store and mirrored by
+// lua/take.lua (the Redis Cluster path runs it one key at a time).
+
+// op is what a request asks besides its keys.
+type op struct {
+	cost     int64 // 0 peeks
+	upTo     bool  // grant the largest cost ≤ cost that fits (Granter)
+	maxDelay int64 // µs; > 0 reserves a place in line up to that far (Reserver)
+}
+
+// keyState is one key's state and, after run, its outcome.
+type keyState struct {
+	st      []int64
+	t0      int64 // max(now, its last charge): a key is never evaluated earlier
+	t       int64 // the time it is evaluated at: t0, or a reservation's release time
+	skew    int64 // t0 - now when the clock stepped back, else 0
+	at      int64 // when it was charged (t, or the reservation's release time)
+	stats   []status
+	charged bool
+	blocked bool // a penalty was set or is running: the state changed though not charged
+	tats    []int64
+}
+
+// outcome is the request's result.
+type outcome struct {
+	allowed bool
+	granted int64
+	release int64 // > now when a place in line was reserved
+}
+
+// run decides one request for keys at time now and applies it to their
+// states: every limit of every key is evaluated; only if all have room (or,
+// reserving, all will by now+maxDelay) are all charged. A denial may set a
+// penalty (BlockFor). keys[i].stats receive each limit's status, as the
+// reply reports it.
+func run(pol *ratelimit.Policy, lim []param, keys []*keyState, now int64, o op) outcome {
+	block := pol.BlockFor().Microseconds()
+	c1 := o.cost
+	if c1 == 0 {
+		c1 = 1 // a peek asks whether a request of cost 1 would fit
+	}
+	var evs [MaxKeys][ratelimit.MaxLimits]eval
+	blockedAny := false
+	for _, k := range keys {
+		k.t0 = max(now, k.st[fTime])
+		k.t, k.skew = k.t0, k.t0-now
+		if k.st[fBlock] > k.t0 {
+			blockedAny = true
+		}
+	}
+	granted := o.cost
+	if o.upTo {
+		// The grant is what every limit of every key has room for now.
+		for ki, k := range keys {
+			for i := range lim {
+				evs[ki][i] = evaluate(k.st, k.t, &lim[i], 1)
+				granted = min(granted, evs[ki][i].avail)
+			}
+		}
+		if blockedAny {
+			granted = 0
+		}
+		if granted > 0 {
+			c1 = granted
+			for ki := range keys {
+				for i := range lim {
+					evs[ki][i].retry = 0
+				}
+			}
+		}
+	} else {
+		for ki, k := range keys {
+			for i := range lim {
+				evs[ki][i] = evaluate(k.st, k.t, &lim[i], c1)
+			}
+		}
+	}
+	allowed := !blockedAny && (!o.upTo || granted > 0)
+	for ki := range keys {
+		for i := range lim {
+			if evs[ki][i].retry != 0 {
+				allowed = false
+			}
+		}
+	}
+	var release int64
+	if !allowed && o.maxDelay > 0 && o.cost > 0 && !o.upTo && !blockedAny && reserves(lim) {
+		// Reserve: the request is admitted when the last limit has room.
+		release = now
+		never := false
+		for ki, k := range keys {
+			for i := range lim {
+				if r := evs[ki][i].retry; r < 0 {
+					never = true
+				} else {
+					release = max(release, k.t+r)
+				}
+			}
+		}
+		if !never && release-now <= o.maxDelay {
+			allowed = true
+			for ki, k := range keys {
+				k.t = release
+				for i := range lim {
+					evs[ki][i] = evaluate(k.st, release, &lim[i], c1)
+				}
+			}
+		} else {
+			release = 0
+		}
+	}
+	charged := int64(0)
+	if allowed {
+		charged = o.cost
+		if o.upTo {
+			charged = granted
+		}
+	} else {
+		granted = 0
+	}
+	for ki, k := range keys {
+		k.stats = k.stats[:0]
+		for i := range lim {
+			e := &evs[ki][i]
+			rem, reset := report(k.st, k.t, &lim[i], e, charged)
+			k.stats = append(k.stats, status{rem: rem, reset: reset, retry: e.retry})
+		}
+		k.at = k.t
+		if charged > 0 {
+			if k.tats == nil {
+				k.tats = make([]int64, len(lim))
+			}
+			for i := range lim {
+				charge(k.st, k.t, &lim[i], &evs[ki][i], charged)
+				if lim[i].kind == ratelimit.CounterToken {
+					k.tats[i] = k.st[lim[i].off]
+				}
+			}
+			k.st[fTime] = k.t0
+			if k.t > k.t0 {
+				k.st[fRelease] = max(k.st[fRelease], k.t)
+			}
+			k.charged = true
+		}
+		// Penalties: a running one denies and says how long it lasts; a
+		// denial starts one on each key whose limits denied.
+		if b := k.st[fBlock]; b > k.t0 {
+			i := int(k.st[fBlockLim])
+			s := &k.stats[i]
+			if s.retry >= 0 {
+				s.retry = max(s.retry, b-k.t0)
+			}
+			s.reset, s.rem = max(s.reset, b-k.t0), 0
+		} else if !allowed && block > 0 && o.cost > 0 && !o.upTo {
+			worst := -1
+			for i, s := range k.stats {
+				if s.retry > 0 && (worst < 0 || s.retry > k.stats[worst].retry) {
+					worst = i
+				}
+			}
+			if worst >= 0 {
+				k.st[fBlock], k.st[fBlockLim] = k.t0+block, int64(worst)
+				s := &k.stats[worst]
+				s.retry, s.reset, s.rem = max(s.retry, block), max(s.reset, block), 0
+				k.blocked = true
+			}
+		}
+		if release == 0 {
+			for i := range k.stats {
+				k.stats[i] = skewed(k.stats[i], k.skew)
+			}
+		}
+	}
+	return outcome{allowed: allowed, granted: charged, release: release}
+}
