@@ -83,6 +83,8 @@ type Redis struct {
 	prepMu       sync.Mutex       // held while preparing a policy not in argCache
 	argCount     int              // policies in argCache; guarded by prepMu
 	maxBaked     int              // policies that get a baked script
+
+	diag *diagnostics // causes seen below the commands (diagnose.go)
 }
 
 // maxPrepared bounds the policies whose arguments are kept prepared;
@@ -122,6 +124,11 @@ func withClock(now func() time.Time) RedisOption {
 // client's ReadTimeout). On a Cluster, set it too: then, with a master
 // down, a request whose other identities live elsewhere still gets their
 // answer in time (a denial there stands) instead of a timeout.
+//
+// NewRedis adds a go-redis hook to client (on a Cluster or Ring, also to
+// its nodes' clients) that watches failed dials and commands, so that an
+// error that would say only "context deadline exceeded" also names the
+// latest cause, such as a refused connection; see Ping for a startup check.
 func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("ratelimit/store: NewRedis: nil client")
@@ -157,11 +164,13 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	if r.batch != nil {
 		r.batch.client = client
 	}
+	r.diag = diagnose(client) // adds a go-redis hook: errors then name their cause
 	return r, nil
 }
 
 // Take implements ratelimit.Store.
-func (r *Redis) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (r *Redis) Take(ctx context.Context, req ratelimit.Request) (_ ratelimit.Decision, err error) {
+	defer r.diag.explainErr(&err) // a timeout's error names its cause (diagnose.go)
 	if err := validate(&req); err != nil {
 		return ratelimit.Decision{}, err
 	}
