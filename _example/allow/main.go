@@ -28,9 +28,8 @@ func main() {
 			// failure mode's answer (FailOpen allows).
 			log.Printf("limiter: %v", err)
 		}
-		if !d.Allowed {
-			retryIn := d.RetryAfter
-			fmt.Printf("%d rows: denied, %d left; retry in %v\n", rows, d.Remaining, retryIn.Round(time.Minute))
+		if !d.Allowed { // a denial charges nothing
+			fmt.Printf("%d rows: denied, %d left; retry in about %v\n", rows, d.Remaining, d.RetryAfter.Round(time.Hour))
 			continue
 		}
 		fmt.Printf("%d rows: allowed, %d left this hour\n", rows, d.Remaining)
