@@ -114,7 +114,7 @@ func (h diagHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		h.d.observe(cmd.Name(), err)
+		h.d.observe(cmd, err)
 		return err
 	}
 }
@@ -126,12 +126,12 @@ func (h diagHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		for _, c := range cmds {
-			h.d.observe(c.Name(), c.Err())
+			h.d.observe(c, c.Err())
 		}
 		if err != nil {
 			// go-redis leaves the commands of a pipeline that could not
 			// get a connection without an error of their own.
-			h.d.observe("", err)
+			h.d.observe(nil, err)
 		}
 		return err
 	}
@@ -160,10 +160,10 @@ func (d *diagnostics) dialed(addr string, conn net.Conn, err error) {
 	d.nDials.Store(int32(len(d.dials)))
 }
 
-// observe records the outcome of one command named name ("" for a whole
-// pipeline): an answer clears the command cause; a failure that can
-// explain a later timeout replaces it.
-func (d *diagnostics) observe(name string, err error) {
+// observe records the outcome of one command (nil for a whole pipeline):
+// an answer clears the command cause; a failure that can explain a later
+// timeout replaces it.
+func (d *diagnostics) observe(cmd redis.Cmder, err error) {
 	if err == nil || errors.Is(err, redis.Nil) {
 		if d.cmd.Load() != nil {
 			d.cmd.Store(nil)
@@ -186,7 +186,7 @@ func (d *diagnostics) observe(name string, err error) {
 		// errors of any. Not those of the connection handshake (CLIENT
 		// SETINFO on an older Redis), nor of the application's own
 		// commands on a shared client.
-		if !ownCommand(name) && !authError(err) {
+		if (cmd == nil || !ownCommand(cmd.Name())) && !authError(err) {
 			return
 		}
 		kind = "error reply"

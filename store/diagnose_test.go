@@ -383,9 +383,10 @@ func TestExplain(t *testing.T) {
 	}
 	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 	d.dialed("127.0.0.1:1", nil, refused)
-	d.observe("evalsha", replyErr("WRONGTYPE Operation against a key holding the wrong kind of value"))
-	d.observe("client", replyErr("ERR unknown subcommand 'setinfo'")) // handshake noise: ignored
-	d.observe("get", replyErr("ERR not ours"))                        // another command's reply: ignored
+	d.observe(named("evalsha"), replyErr("WRONGTYPE Operation against a key holding the wrong kind of value"))
+	d.observe(named("client"), replyErr("ERR unknown subcommand 'setinfo'")) // handshake noise: ignored
+	d.observe(named("get"), replyErr("ERR not ours"))                        // another command's reply: ignored
+	d.observe(nil, replyErr("ERR a pipeline's"))                             // not known to be ours: ignored
 	got := d.explain(fmt.Errorf("ratelimit/store: redis: %w", context.DeadlineExceeded))
 	if !strings.Contains(got.Error(), "(last error reply ") || !strings.Contains(got.Error(), "WRONGTYPE") {
 		t.Errorf("explain = %v, want the latest cause, the WRONGTYPE reply", got)
@@ -402,12 +403,12 @@ func TestExplain(t *testing.T) {
 			t.Errorf("explain(%v) = %v, want it unchanged (it says why, or the caller left)", err, got)
 		}
 	}
-	d.observe("evalsha", nil) // an answer: on a Cluster, only the command cause goes
+	d.observe(named("evalsha"), nil) // an answer: on a Cluster, only the command cause goes
 	if c := d.latest(); c == nil || c.err != refused {
 		t.Errorf("after an answer, cause %v, want the failed dial (per address)", c)
 	}
 	d.single = true
-	d.observe("evalsha", nil)
+	d.observe(named("evalsha"), nil)
 	if c := d.latest(); c != nil {
 		t.Errorf("single server answered: cause %v still current", c.err)
 	}
@@ -444,3 +445,6 @@ type replyErr string
 
 func (e replyErr) Error() string { return string(e) }
 func (e replyErr) RedisError()   {}
+
+// named returns a command whose Name is name.
+func named(name string) redis.Cmder { return redis.NewCmd(context.Background(), name) }
