@@ -129,6 +129,8 @@ func withClock(now func() time.Time) RedisOption {
 // its nodes' clients) that watches failed dials and commands, so that an
 // error that would say only "context deadline exceeded" also names the
 // latest cause, such as a refused connection; see Ping for a startup check.
+// As with any go-redis AddHook, build the store before other goroutines
+// send commands on the client.
 func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("ratelimit/store: NewRedis: nil client")
