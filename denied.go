@@ -182,9 +182,10 @@ func serveDenied(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(body) // an error means the client is gone: nothing to do
 }
 
-// appendJSON appends pb as JSON, byte for byte what encoding/json.Marshal
-// writes (same member order, omitempty, HTML-safe escaping), without its
-// reflection: the deny path runs for every rejected request of a flood.
+// appendJSON appends pb as JSON and a newline, byte for byte what an
+// encoding/json.Encoder writes (same member order, omitempty, HTML-safe
+// escaping, a final newline), without its reflection: the deny path runs
+// for every rejected request of a flood.
 func (pb Problem) appendJSON(b []byte) []byte {
 	b = append(b, `{"type":`...)
 	b = appendJSONString(b, pb.Type)
@@ -207,7 +208,7 @@ func (pb Problem) appendJSON(b []byte) []byte {
 			b = strconv.AppendInt(b, m.v, 10)
 		}
 	}
-	return append(b, '}')
+	return append(b, '}', '\n')
 }
 
 // appendJSONString appends s as a JSON string escaped as encoding/json

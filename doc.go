@@ -9,26 +9,71 @@
 // denied one gets 429 Too Many Requests with Retry-After and an RFC 9457
 // problem document.
 //
-// Most callers want New and Limiter.Handler:
+// # Entry points
 //
-//	st, _ := store.NewRedis(redisClient)   // or store.NewMemory() for one process
+// Build a [Limiter] once, at startup, with [New]: a [Store], a [*Policy]
+// and [Option] values. New validates the whole configuration and returns
+// an error rather than failing at request time. Then:
+//
+//   - [Limiter.Handler] is the middleware, a func(http.Handler)
+//     http.Handler: chi's r.With(lim.Handler) or r.Use(lim.Handler);
+//     net/http's mux.Handle(pattern, lim.Handler(h)). Wrapping a whole
+//     router also limits (and charges) its 404 and 405 answers; wrap the
+//     routes to avoid that.
+//   - [Limiter.Allow] and [Limiter.AllowN] decide outside HTTP (jobs,
+//     queues, exports) for keys you choose; AllowN takes a cost.
+//
+// A Limiter is safe for concurrent use.
+//
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	st, err := store.NewRedis(client) // or store.NewMemory() for one process
+//	...
 //	lim, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m, 240/h"))
 //	...
-//	r.With(lim.Handler).Get("/api/hello", hello) // chi; or lim.Handler(mux)
+//	r.With(lim.Handler).Get("/api/hello", hello) // chi
 //
-// Limiter.Allow and Limiter.AllowN decide outside HTTP (jobs, queues).
+// The README's quick start has this as a whole program (_example/chi).
 //
-// With the Redis store, one request is one Redis round trip, whatever the
-// number of limits and identifiers: one Lua script checks and charges
-// everything using Redis's own clock. The in-memory store gives the same
-// decisions in one process and serves as the fallback when Redis fails.
+// # Identifiers
 //
-// Algorithms: SlidingWindow (the default; never admits more than Rate in
-// any interval of length Period), FixedWindow (cheapest; up to 2× Rate
-// across a window edge) and TokenBucket (GCRA; a smooth rate with an
+// [ByIP] (the default; proxies are trusted only when named with
+// [TrustedProxies]), [ByHeader] for API keys (hashed), [ByUser] and
+// [IdentifierFunc]; set them with [WithIdentifiers]. An identifier that
+// does not apply to a request is skipped.
+//
+// # Policies and algorithms
+//
+// [ParsePolicy] and [MustParsePolicy] read "10/s, 120/m, 240/h";
+// [NewPolicy] takes [Limit] values. [WithPolicyFunc] picks a policy per
+// request, [WithCost] and [WithCostFunc] weigh requests. Algorithms:
+// [SlidingWindow] (the default; never admits more than Rate in any
+// interval of length Period), [FixedWindow] (cheapest; up to 2× Rate
+// across a window edge) and [TokenBucket] (GCRA; a smooth rate with an
 // explicit burst). Each Algorithm's documentation states its guarantee.
 //
-// A Limiter is safe for concurrent use; build it once at startup: New
-// validates the whole configuration and returns an error rather than
-// failing at request time.
+// # Stores
+//
+// The store package has the implementations: store.NewRedis (a single
+// Redis, Sentinel, Cluster or Ring, one round trip per request whatever
+// the number of limits and identifiers, using Redis's own clock) and
+// store.NewMemory (one process; the same decisions; also the usual
+// fallback when Redis fails). Your own store implements [Store].
+//
+// # Headers and the 429
+//
+// [WithHeaders] chooses the header styles ([HeadersIETF] by default);
+// [SetHeaders] and [SetRetryAfter] write them for your own handlers.
+// [DeniedHandler] writes the 429 problem document ([Problem],
+// [NewProblem]); replace it with [WithDeniedHandler]. Handlers behind the
+// middleware read the decision with [FromContext].
+//
+// # When the store fails
+//
+// Each store call has a budget ([WithTimeout], 100ms by default). Then
+// [WithFallback] asks another store, and the failure mode decides
+// ([WithFailureMode]: [FailOpen] or [FailClosed]); a circuit breaker
+// ([WithCircuitBreaker]) stops asking a store that keeps failing. Errors
+// go to [WithErrorHook] and, throttled, to [WithLogger]; the Redis store's
+// errors name their cause (a refused connection behind a timeout), and
+// its Ping method checks the servers at startup.
 package ratelimit

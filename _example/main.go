@@ -5,15 +5,21 @@
 //
 // It listens on $ADDR (default :8080). Routes:
 //
-//	GET /api/hello   10/s, 120/m, 240/h per client IP, and per X-API-Key when sent
-//	GET /api/search  30/m per client IP; ?pages=N costs N (1 to 10)
-//	GET /healthz     not limited
+//	GET /api/hello          10/s, 120/m, 240/h per client IP, and per X-API-Key when sent
+//	GET /api/search?pages=N 30/m per client IP; costs N, a whole number from 1 to 10
+//	                        (default 1); any other value is a 400 problem document
+//	GET /healthz            not limited
+//
+// At startup it checks that Redis answers (store.Redis.Ping) and logs the
+// server, or why it does not answer: then each copy limits on its own
+// in-memory counters (the fallback) until Redis is back.
 //
 // Two copies on different ports with the same REDIS_URL share one budget.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +56,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Say at once where the counters live, or why Redis does not answer.
+	pingCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	info, err := st.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		slog.Error("redis does not answer: each copy limits on its own in-memory counters until it does", "redis", where, "err", err)
+	} else {
+		slog.Info("redis answers", "redis", where, "servers", info.String())
+	}
 
 	byIP, err := ratelimit.ByIP() // RemoteAddr; add ratelimit.TrustedProxies(...) behind a proxy
 	if err != nil {
@@ -71,11 +86,10 @@ func run() error {
 	search, err := ratelimit.New(st, ratelimit.MustParsePolicy("30/m", ratelimit.Named("search")),
 		ratelimit.WithIdentifiers(byIP), fallback,
 		ratelimit.WithCostFunc(func(r *http.Request) int64 {
-			pages, err := strconv.ParseInt(r.URL.Query().Get("pages"), 10, 64)
-			if err != nil || pages < 1 {
-				return 1
+			if pages, ok := r.Context().Value(pagesKey{}).(int64); ok {
+				return pages // checked by pagesParam
 			}
-			return min(pages, 10)
+			return 1
 		}))
 	if err != nil {
 		return err
@@ -88,7 +102,8 @@ func run() error {
 			res, _ := ratelimit.FromContext(r.Context())
 			fmt.Fprintf(w, "hello; %d left\n", res.Decision.Remaining)
 		})
-		r.With(search.Handler).Get("/search", func(w http.ResponseWriter, r *http.Request) {
+		// pagesParam runs first: a bad request is answered 400 and costs nothing.
+		r.With(pagesParam, search.Handler).Get("/search", func(w http.ResponseWriter, r *http.Request) {
 			res, _ := ratelimit.FromContext(r.Context())
 			fmt.Fprintf(w, "searched %d pages; %d left this minute\n", res.Cost, res.Decision.Remaining)
 		})
@@ -108,6 +123,53 @@ func run() error {
 		return err
 	}
 	return nil
+}
+
+// Bounds of ?pages=N on /api/search.
+const minPages, maxPages = 1, 10
+
+type pagesKey struct{}
+
+// pagesParam checks ?pages=N (absent means 1) and puts N in the request's
+// context for the cost function, or answers 400 Bad Request with an RFC
+// 9457 problem document saying what is accepted.
+func pagesParam(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pages := int64(1)
+		if vs, ok := r.URL.Query()["pages"]; ok {
+			n, err := strconv.ParseInt(vs[0], 10, 64)
+			switch {
+			case len(vs) > 1:
+				badPages(w, vs, fmt.Sprintf("pages must be given once; got %d values", len(vs)))
+				return
+			case err != nil || n < minPages || n > maxPages:
+				badPages(w, vs, fmt.Sprintf("pages must be a whole number from %d to %d; got %q", minPages, maxPages, vs[0]))
+				return
+			}
+			pages = n
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), pagesKey{}, pages)))
+	})
+}
+
+// badPagesType is the problem type of badPages's documents.
+const badPagesType = "https://github.com/ratelimitkit/ratelimit#example-bad-pages"
+
+// badPages answers 400 with a problem document: what was wrong (detail),
+// the values received, and the accepted range.
+func badPages(w http.ResponseWriter, got []string, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusBadRequest)
+	_ = json.NewEncoder(w).Encode(struct {
+		Type   string   `json:"type"`
+		Title  string   `json:"title"`
+		Status int      `json:"status"`
+		Detail string   `json:"detail"`
+		Param  string   `json:"param"`
+		Got    []string `json:"got"`
+		Min    int      `json:"min"`
+		Max    int      `json:"max"`
+	}{badPagesType, "Bad Request", http.StatusBadRequest, detail + ".", "pages", got, minPages, maxPages})
 }
 
 // redisClient connects to $REDIS_URL, or starts an embedded miniredis.

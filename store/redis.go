@@ -78,6 +78,8 @@ type Redis struct {
 	prepMu       sync.Mutex       // held while preparing a policy not in argCache
 	argCount     int              // policies in argCache; guarded by prepMu
 	maxBaked     int              // policies that get a baked script
+
+	diag *diagnostics // causes seen below the commands (diagnose.go)
 }
 
 // maxPrepared bounds the policies whose arguments are kept prepared;
@@ -117,6 +119,13 @@ func withClock(now func() time.Time) RedisOption {
 // client's ReadTimeout). On a Cluster, set it too: then, with a master
 // down, a request whose other identities live elsewhere still gets their
 // answer in time (a denial there stands) instead of a timeout.
+//
+// NewRedis adds a go-redis hook to client (on a Cluster or Ring, also to
+// its nodes' clients) that watches failed dials and commands, so that an
+// error that would say only "context deadline exceeded" also names the
+// latest cause, such as a refused connection; see Ping for a startup check.
+// As with any go-redis AddHook, build the store before other goroutines
+// send commands on the client.
 func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("ratelimit/store: NewRedis: nil client")
@@ -152,6 +161,7 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	if r.batch != nil {
 		r.batch.client = client
 	}
+	r.diag = diagnose(client) // adds a go-redis hook: errors then name their cause
 	return r, nil
 }
 
@@ -178,7 +188,8 @@ func (r *Redis) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.
 }
 
 // do runs one request within ctx's deadline (see NewRedis on timeouts).
-func (r *Redis) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit.Decision, error) {
+func (r *Redis) do(ctx context.Context, req ratelimit.Request, o op) (_ ratelimit.Decision, err error) {
+	defer r.diag.explainErr(&err) // a timeout's error names its cause (diagnose.go)
 	if err := validate(&req); err != nil {
 		return ratelimit.Decision{}, err
 	}

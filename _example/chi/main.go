@@ -1,0 +1,78 @@
+// Command chi is the README's quick start with chi: one policy for the
+// /api routes, counters shared through Redis at 127.0.0.1:6379.
+//
+//	go run ./_example/chi
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
+)
+
+func main() {
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "127.0.0.1:6379",
+		ContextTimeoutEnabled: true, // let the limiter's timeout reach the socket
+	})
+	st, err := store.NewRedis(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Say at startup where the counters live, or why Redis does not answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	info, err := st.Ping(ctx)
+	cancel()
+	if err != nil {
+		log.Printf("redis does not answer; limiting per process until it does: %v", err)
+	} else {
+		log.Printf("counters in %v", info)
+	}
+
+	byIP, err := ratelimit.ByIP() // RemoteAddr (see "Behind a proxy")
+	if err != nil {
+		log.Fatal(err)
+	}
+	byKey, err := ratelimit.ByHeader("X-API-Key") // hashed; skipped when absent
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("api")),
+		ratelimit.WithFallback(store.NewMemory()), // keep limiting per server if Redis fails
+		ratelimit.WithIdentifiers(byIP, byKey))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	r := chi.NewRouter()
+	r.Get("/healthz", health) // not limited
+	r.With(lim.Handler).Get("/api/hello", hello)
+	r.Group(func(r chi.Router) { // several routes, one limiter
+		r.Use(lim.Handler)
+		r.Get("/api/time", now)
+	})
+	log.Fatal(http.ListenAndServe(":8080", r))
+}
+
+func health(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") }
+
+func hello(w http.ResponseWriter, r *http.Request) {
+	res, ok := ratelimit.FromContext(r.Context()) // res.Decision.Remaining, res.Keys, res.Policy ...
+	if !ok {
+		http.Error(w, "not behind the limiter", http.StatusInternalServerError)
+		return
+	}
+	fmt.Fprintf(w, "hello; %d left\n", res.Decision.Remaining)
+}
+
+func now(w http.ResponseWriter, r *http.Request) {
+	fmt.Fprintln(w, time.Now().UTC().Format(time.RFC3339))
+}

@@ -1,0 +1,105 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
+)
+
+// One process: the in-memory store keeps the counters. It decides as the
+// Redis store does, and a denied request charges nothing.
+func ExampleNewMemory() {
+	lim, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("3/m"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		d, err := lim.Allow(context.Background(), "user:42")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("request %d: allowed %v, %d left\n", i, d.Allowed, d.Remaining)
+	}
+	// Output:
+	// request 1: allowed true, 2 left
+	// request 2: allowed true, 1 left
+	// request 3: allowed true, 0 left
+	// request 4: allowed false, 0 left
+}
+
+// A fleet: each server builds its store on its own client of the same
+// Redis, so they share one budget. Here the Redis is a miniredis and the
+// two servers are two stores in one process.
+func ExampleNewRedis() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+
+	policy := ratelimit.MustParsePolicy("3/m", ratelimit.Named("api"))
+	var servers []*ratelimit.Limiter
+	for range 2 {
+		client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+		defer client.Close()
+		st, err := store.NewRedis(client, store.WithPrefix("myapp:"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		lim, err := ratelimit.New(st, policy, ratelimit.WithTimeout(time.Second))
+		if err != nil {
+			log.Fatal(err)
+		}
+		servers = append(servers, lim)
+	}
+	for i, server := range []int{0, 1, 0, 1} {
+		d, err := servers[server].Allow(context.Background(), "ip:203.0.113.7")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("request %d on server %d: allowed %v, %d left\n", i+1, server, d.Allowed, d.Remaining)
+	}
+	// Output:
+	// request 1 on server 0: allowed true, 2 left
+	// request 2 on server 1: allowed true, 1 left
+	// request 3 on server 0: allowed true, 0 left
+	// request 4 on server 1: allowed false, 0 left
+}
+
+// At startup, Ping says where the counters live, or why Redis does not
+// answer. (miniredis reports no version.)
+func ExampleRedis_Ping() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	st, err := store.NewRedis(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	info, err := st.Ping(ctx)
+	if err != nil {
+		log.Fatalf("redis does not answer: %v", err) // names the server and the cause
+	}
+	// A real Redis prints as "redis 7.2.4 at 127.0.0.1:6379".
+	fmt.Println("servers:", len(info.Nodes))
+	fmt.Println("at the miniredis's address:", info.Nodes[0].Addr == mr.Addr())
+	fmt.Println("version reported:", info.Nodes[0].Version != "")
+	// Output:
+	// servers: 1
+	// at the miniredis's address: true
+	// version reported: false
+}
