@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit/bench/internal/redisproc"
 )
 
 type config struct {
@@ -126,18 +128,18 @@ func run(cfg config, args []string) error {
 		}
 	}
 
-	var proc *redisProc
+	var proc *redisproc.Proc
 	addr := cfg.redisAddr
 	var host string
 	var port uint64
 	if needRedis {
 		if addr == "" {
 			var err error
-			if proc, err = startRedis(cfg.redisBin); err != nil {
+			if proc, err = redisproc.Start(cfg.redisBin); err != nil {
 				return err
 			}
 			defer proc.Stop()
-			addr = proc.addr
+			addr = proc.Addr
 		}
 		var portStr string
 		var err error
