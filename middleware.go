@@ -76,9 +76,9 @@ type config struct {
 	skip     func(*http.Request) bool
 	// observers get every event (WithObserver).
 	observers []Observer
-	now       func() time.Time                            // clock of the log throttle, the circuit breaker and waits
+	now       func() time.Time                                 // clock of the log throttle, the circuit breaker and waits
 	sleep     func(ctx context.Context, d time.Duration) error // waits d, or until ctx is done
-	err       error                                       // the first invalid option
+	err       error                                            // the first invalid option
 	// breaker guards the store (not the fallback); see WithCircuitBreaker.
 	breaker    breaker.Breaker
 	breakerSet bool
@@ -544,4 +544,3 @@ func sameStore(a, b Store) bool {
 	ta := reflect.TypeOf(a)
 	return ta == reflect.TypeOf(b) && ta.Kind() == reflect.Pointer && a == b
 }
-
