@@ -123,7 +123,8 @@ type receipt struct {
 // NewReceipt returns the Receipt of a charge of cost, under p, for keys
 // (which it keeps: do not modify them). marks are the store's own record of
 // the charge, read back by Marks; the memory and Redis stores keep, per
-// key, the time of the charge then one number per limit.
+// key, the time of the charge, the key's refund count then, and one number
+// per limit.
 func NewReceipt(p *Policy, keys []string, cost int64, marks []int64) Receipt {
 	return Receipt{&receipt{policy: p, keys: keys, cost: cost, marks: marks}}
 }
