@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -160,4 +162,79 @@ func TestRefundRaces(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestRealResendIDCost measures what the resend IDs cost Redis: memory per
+// key (the field of the last four IDs) and CPU per call (commandstats,
+// with and without IDs, alternating rounds). It logs the figures; it
+// asserts only the memory bound, since timings here are noisy.
+func TestRealResendIDCost(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	p := ratelimit.MustParsePolicy("1000000/s, 10000000/m, 100000000/h", ratelimit.Named("cost"))
+	with, _ := NewRedis(client, WithPrefix("wid:")) // prefixes of one length: MEMORY USAGE counts the key
+	without, _ := NewRedis(client, WithPrefix("nid:"))
+	without.noResendIDs = true
+	usage := map[bool]int64{}
+	for _, s := range []*Redis{with, without} {
+		mustTake(t, s, p, 1, "ip:203.0.113.9")
+		u, err := client.MemoryUsage(ctx, redisKey(s.prefix, p.ID(), "ip:203.0.113.9"), 0).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		usage[s == with] = u
+	}
+	var usec [2]float64
+	var calls [2]int64
+	for round := 0; round < 6; round++ {
+		for i, s := range []*Redis{with, without} {
+			client.ConfigResetStat(ctx)
+			for n := 0; n < 2000; n++ {
+				mustTake(t, s, p, 1, "ip:203.0.113."+string(rune('0'+n%10)))
+			}
+			st := commandStatsFull(t, client)["evalsha"]
+			usec[i] += st.usec
+			calls[i] += st.calls
+		}
+	}
+	perWith, perWithout := usec[0]/float64(calls[0]), usec[1]/float64(calls[1])
+	t.Logf("resend IDs: %d bytes per key (%d with, %d without); Redis CPU %.2f µs per call with, %.2f without (%+.1f%%), 3-limit policy, %d calls each",
+		usage[true]-usage[false], usage[true], usage[false], perWith, perWithout, 100*(perWith/perWithout-1), calls[0])
+	if usage[true]-usage[false] > 64 {
+		t.Fatalf("the resend IDs cost %d bytes per key, want at most 64", usage[true]-usage[false])
+	}
+}
+
+type cmdStat struct {
+	calls int64
+	usec  float64
+}
+
+// commandStatsFull returns INFO commandstats: calls and total µs per command.
+func commandStatsFull(t *testing.T, c *redis.Client) map[string]cmdStat {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]cmdStat{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var st cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = st
+	}
+	return out
 }
