@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/breaker"
 )
 
 // opKind is the store operation a decision needs.
@@ -378,13 +380,14 @@ func (l *Limiter) decide(parent context.Context, r *http.Request, a ask) (d Deci
 			d, failed, err = l.failed(err)
 			return d, false, failed, err
 		}
-		opened := l.breaker.Record(l.sinceEpoch, err == nil, probe)
+		change := l.breaker.Record(l.sinceEpoch, err == nil, probe)
 		settled = true
-		if opened {
+		switch change {
+		case breaker.Opened:
 			l.logger.LogAttrs(parent, slog.LevelWarn, "ratelimit: store circuit opened: skipping the store after repeated failures",
 				slog.String("policy", a.policy.Name()), slog.Duration("cooldown", time.Duration(l.breaker.Cooldown)))
 			l.circuit(true)
-		} else if probe && err == nil {
+		case breaker.Closed:
 			l.circuit(false)
 		}
 		if err == nil {

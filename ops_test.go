@@ -371,3 +371,37 @@ func TestObservers(t *testing.T) {
 		t.Fatalf("decision hook called %d times, want 6", hooked.Load())
 	}
 }
+
+// TestObserverSeesEveryClose: a call that began before the circuit opened
+// and succeeds after closes it; observers hear of that close too.
+func TestObserverSeesEveryClose(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int64
+	mem := store.NewMemory()
+	s := storeFunc(func(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+		if calls.Add(1) == 1 {
+			<-release // the slow call: answers after the circuit opened
+			return mem.Take(ctx, req)
+		}
+		return ratelimit.Decision{}, errBoom
+	})
+	o := &recObserver{}
+	lim := newLimiter(t, s, ratelimit.MustParsePolicy("5/h"), ratelimit.WithObserver(o),
+		ratelimit.WithCircuitBreaker(1, time.Hour), ratelimit.WithLogger(discardLogger), ratelimit.WithTimeout(10*time.Second))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lim.Allow(context.Background(), "a")
+	}()
+	for calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	lim.Allow(context.Background(), "b") // fails: the circuit opens
+	close(release)
+	<-done
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.circuits) != 2 || !o.circuits[0].Open || o.circuits[1].Open {
+		t.Fatalf("circuit events %+v, want open then closed", o.circuits)
+	}
+}
