@@ -13,6 +13,8 @@
 //	                        together (then blocked 1h), 20/15m per IP, 100/h per
 //	                        user name; a successful login resets its IP and user name
 //	GET /healthz            not limited
+//	GET /metrics            the limiters' decisions by policy and outcome, store errors,
+//	                        circuit state (Prometheus text format); not limited
 //
 // At startup it checks that Redis answers (store.Redis.Ping) and logs the
 // server, or why it does not answer: then each copy limits on its own
@@ -82,14 +84,17 @@ func run() error {
 	// Fall back to an in-process store if Redis fails, so limits still hold
 	// per server during an outage.
 	fallback := ratelimit.WithFallback(store.NewMemory())
+	// Every limiter reports to one observer, served on /metrics.
+	m := newMetrics()
+	observe := ratelimit.WithObserver(m)
 
 	hello, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("hello")),
-		ratelimit.WithIdentifiers(byIP, byKey), fallback)
+		ratelimit.WithIdentifiers(byIP, byKey), fallback, observe)
 	if err != nil {
 		return err
 	}
 	search, err := ratelimit.New(st, ratelimit.MustParsePolicy("30/m", ratelimit.Named("search")),
-		ratelimit.WithIdentifiers(byIP), fallback,
+		ratelimit.WithIdentifiers(byIP), fallback, observe,
 		ratelimit.WithCostFunc(func(r *http.Request) int64 {
 			if pages, ok := r.Context().Value(pagesKey{}).(int64); ok {
 				return pages // checked by pagesParam
@@ -100,13 +105,14 @@ func run() error {
 		return err
 	}
 
-	login, err := loginLimiters(st, byIP.(*ratelimit.IPIdentifier), fallback)
+	login, err := loginLimiters(st, byIP.(*ratelimit.IPIdentifier), fallback, observe)
 	if err != nil {
 		return err
 	}
 
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	r.Handle("/metrics", m)
 	r.With(login.ip.Handler, login.user.Handler, login.pair.Handler).Post("/login", login.serve)
 	r.Route("/api", func(r chi.Router) {
 		r.With(hello.Handler).Get("/hello", func(w http.ResponseWriter, r *http.Request) {
@@ -149,7 +155,7 @@ type loginGuard struct {
 // onlyFailures refunds every request that did not fail.
 var onlyFailures = ratelimit.WithRefundIf(func(_ *http.Request, status int) bool { return status < 400 })
 
-func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, fallback ratelimit.Option) (*loginGuard, error) {
+func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, fallback, observe ratelimit.Option) (*loginGuard, error) {
 	g := &loginGuard{byIP: byIP}
 	userName := ratelimit.ByUser(func(r *http.Request) (string, bool) {
 		u := r.PostFormValue("user")
@@ -158,18 +164,18 @@ func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, fallback ra
 	pairID := ratelimit.IdentifierFunc(g.pairKey)
 	var err error
 	if g.ip, err = ratelimit.New(st, ratelimit.MustParsePolicy("20/15m", ratelimit.Named("login-ip")),
-		ratelimit.WithIdentifiers(byIP), onlyFailures, fallback); err != nil {
+		ratelimit.WithIdentifiers(byIP), onlyFailures, fallback, observe); err != nil {
 		return nil, err
 	}
 	// No block per user name alone: anyone could lock the owner out of the
 	// account by failing on purpose. The slow limit only stops a
 	// distributed guessing of one account's password.
 	if g.user, err = ratelimit.New(st, ratelimit.MustParsePolicy("100/h", ratelimit.Named("login-user")),
-		ratelimit.WithIdentifiers(userName), onlyFailures, fallback); err != nil {
+		ratelimit.WithIdentifiers(userName), onlyFailures, fallback, observe); err != nil {
 		return nil, err
 	}
 	if g.pair, err = ratelimit.New(st, ratelimit.MustParsePolicy("5/15m", ratelimit.Named("login-pair"), ratelimit.BlockFor(time.Hour)),
-		ratelimit.WithIdentifiers(pairID), onlyFailures, fallback); err != nil {
+		ratelimit.WithIdentifiers(pairID), onlyFailures, fallback, observe); err != nil {
 		return nil, err
 	}
 	return g, nil
