@@ -521,7 +521,8 @@ func checkDecision(d Decision, req Request) error {
 			return fmt.Errorf("invalid decision: limit %d names key %d of %d", i, s.Key, len(req.Keys))
 		}
 	}
-	if d.Delay < 0 || d.Granted < 0 || d.Granted > max(req.Cost, 0) {
+	// A repeated ID reports its first request's grant, whatever this one's cost.
+	if d.Delay < 0 || d.Granted < 0 || d.Granted > max(req.Cost, 0) && !d.Repeated {
 		return fmt.Errorf("invalid decision: delay %s, granted %d of cost %d", d.Delay, d.Granted, req.Cost)
 	}
 	return nil
