@@ -476,7 +476,7 @@ func (l *Limiter) call(parent context.Context, r *http.Request, s Store, which s
 	var expired error
 	if err != nil {
 		expired = ctx.Err()
-	} else if err = checkDecision(d, req); err != nil {
+	} else if err = CheckDecision(d, req); err != nil {
 		d = Decision{}
 	}
 	if err != nil {
@@ -506,26 +506,6 @@ func wrap(msg string, err, cause error) error {
 		return fmt.Errorf("ratelimit: %s: %w", msg, err)
 	}
 	return fmt.Errorf("ratelimit: %s: %w (%w)", msg, err, cause)
-}
-
-// checkDecision reports a Decision that points outside its Request, so a
-// faulty store cannot make the headers index out of range.
-func checkDecision(d Decision, req Request) error {
-	n := req.Policy.NumLimits()
-	if d.Limit < 0 || d.Limit >= n || d.Key < 0 || d.Key >= len(req.Keys) || len(d.Limits) != 0 && len(d.Limits) != n {
-		return fmt.Errorf("invalid decision: limit %d, key %d, %d limit states for %d limits and %d keys",
-			d.Limit, d.Key, len(d.Limits), n, len(req.Keys))
-	}
-	for i, s := range d.Limits {
-		if s.Key < 0 || s.Key >= len(req.Keys) {
-			return fmt.Errorf("invalid decision: limit %d names key %d of %d", i, s.Key, len(req.Keys))
-		}
-	}
-	// A repeated ID reports its first request's grant, whatever this one's cost.
-	if d.Delay < 0 || d.Granted < 0 || d.Granted > max(req.Cost, 0) && !d.Repeated {
-		return fmt.Errorf("invalid decision: delay %s, granted %d of cost %d", d.Delay, d.Granted, req.Cost)
-	}
-	return nil
 }
 
 // log logs a store error at level Error, at most once per logEvery,
