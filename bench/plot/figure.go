@@ -120,14 +120,15 @@ func buildAlgorithmFigure(s scenario, r, compare *run, compareLabel string) (*al
 	if compare != nil {
 		compareAdmitted = compare.admittedTimes()
 	}
-	var over []string
+	var over, overLimits []string
 	for i := range r.Policy.NumLimits() {
 		l := r.Policy.Limit(i)
 		steps := trailing(admitted, l.Period, end)
 		f.Counts = append(f.Counts, steps)
 		m := maxCount(steps)
 		if m > int(l.Rate) {
-			over = append(over, fmt.Sprintf("%d in %s (limit %d)", m, durationLabel(l.Period), l.Rate))
+			over = append(over, fmt.Sprintf("%d in %s", m, durationLabel(l.Period)))
+			overLimits = append(overLimits, fmt.Sprint(l.Rate))
 		}
 		p := newPanel(end, "admitted in last "+durationLabel(l.Period))
 		limit, err := hline(0, seconds(end), float64(l.Rate))
@@ -185,6 +186,11 @@ func buildAlgorithmFigure(s scenario, r, compare *run, compareLabel string) (*al
 		f.Title += "never over the limit in any window"
 	} else {
 		f.Title += "most admitted in a window: " + strings.Join(over, ", ")
+		if len(overLimits) == 1 {
+			f.Title += " (limit " + overLimits[0] + ")"
+		} else {
+			f.Title += " (limits " + strings.Join(overLimits, ", ") + ")"
+		}
 	}
 	return f, nil
 }
@@ -266,7 +272,7 @@ func retryAfterPanel(r, compare *run, compareLabel string) (*plot.Plot, error) {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Min = 0.01
-		p.Y.Max = math.Pow(10, math.Ceil(math.Log10(top))+0.5)
+		p.Y.Max = math.Pow(10, math.Ceil(math.Log10(top))+2)
 	}
 	// Many denials (a burst that ignores them) need smaller marks.
 	radius := vg.Points(3)
@@ -306,11 +312,8 @@ func retryAfterPanel(r, compare *run, compareLabel string) (*plot.Plot, error) {
 		p.Legend.Add("exact wait it was rounded up from", ex)
 	}
 	if !logY {
-		p.Y.Max = headroom(top, 1.5)
+		p.Y.Max = headroom(top, 1.7)
 	}
-	// The right of the panel is clear in every scenario: a client denied
-	// for long waits there.
-	p.Legend.Left = false
 	return p, nil
 }
 
