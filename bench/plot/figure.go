@@ -91,7 +91,7 @@ func newPanel(end time.Duration, ylabel string) *plot.Plot {
 // buildAlgorithmFigure draws a run: requests per bin, the admitted count in
 // the trailing window of each limit against that limit, and the
 // Retry-After each 429 carried. compare, when not nil, is the same traffic
-// through another policy, drawn in grey for reference.
+// through another policy, drawn in orange for reference.
 func buildAlgorithmFigure(s scenario, r, compare *run, compareLabel string) (*algorithmFigure, error) {
 	end := r.Traffic.End
 	f := &algorithmFigure{}
@@ -138,7 +138,7 @@ func buildAlgorithmFigure(s scenario, r, compare *run, compareLabel string) (*al
 		limit.Color = colLimit
 		limit.Width = vg.Points(1.5)
 		limit.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-		top := float64(max(m, int(l.Rate)))
+		ymax := float64(max(m, int(l.Rate)))
 		if compare != nil {
 			cs := trailing(compareAdmitted, l.Period, end)
 			cl, err := stepLine(cs, end)
@@ -150,7 +150,7 @@ func buildAlgorithmFigure(s scenario, r, compare *run, compareLabel string) (*al
 			cl.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 			p.Add(cl)
 			p.Legend.Add(compareLabel, cl)
-			top = max(top, float64(maxCount(cs)))
+			ymax = max(ymax, float64(maxCount(cs)))
 		}
 		line, err := stepLine(steps, end)
 		if err != nil {
@@ -163,7 +163,7 @@ func buildAlgorithmFigure(s scenario, r, compare *run, compareLabel string) (*al
 		p.Add(line, limit)
 		p.Legend.Add(fmt.Sprintf("admitted in the %s before t (most: %d)", durationLabel(l.Period), m), line)
 		p.Legend.Add(fmt.Sprintf("limit: %d per %s", l.Rate, durationLabel(l.Period)), limit)
-		p.Y.Max = headroom(top, 1.7)
+		p.Y.Max = headroom(ymax, 1.7)
 		f.Panels = append(f.Panels, p)
 	}
 

@@ -113,9 +113,10 @@ func withFontFallbacks(svg []byte) []byte {
 
 // renderPNG returns the figure as PNG at pngDPI. gonum rasterises with
 // its own code and the fonts it ships, and encodes with image/png: the
-// bytes depend only on the figure (on one architecture: floating point
-// may round differently on another, which is why CI compares on
-// linux/amd64).
+// bytes depend only on the figure, the gonum version and Go's compressor
+// (on one architecture: floating point may round differently on another,
+// which is why CI compares on linux/amd64). A Go release that compresses
+// differently changes the PNGs; CI then asks for them to be redrawn.
 func renderPNG(f *figure) ([]byte, error) {
 	w, h := f.size()
 	c := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(pngDPI))

@@ -19,7 +19,7 @@ type scenario struct {
 	Traffic traffic
 	Bin     time.Duration
 	// Compare, when set, runs the same traffic through the same limits
-	// counted by another algorithm, drawn in grey as CompareLabel.
+	// counted by another algorithm, drawn in orange as CompareLabel.
 	Compare      *ratelimit.Algorithm
 	CompareLabel string
 }
