@@ -53,7 +53,7 @@ func runFleet(cfg config, stop <-chan struct{}) error {
 
 	var urls []string
 	for range cfg.servers {
-		h, closeStore, err := newLimiterHandler(rp.addr, "fleet:", policy, cfg.timeout)
+		h, closeStore, err := newLimiterHandler(rp.addr, "fleet:", policy, cfg.timeout, false)
 		if err != nil {
 			return err
 		}

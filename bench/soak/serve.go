@@ -45,14 +45,18 @@ type serverStats struct {
 const goroutineWindow = 200 * time.Millisecond
 
 // newLimiterHandler builds the handler under test: policy over a Redis
-// store on addr, one identity per X-API-Key header.
-func newLimiterHandler(addr, prefix string, policy *ratelimit.Policy, timeout time.Duration) (http.Handler, func(), error) {
-	// The pool opens all its connections at once and never exceeds them,
-	// so its buffers (64 KiB per connection) are all in the heap before
-	// the baseline sample: a pool growing to its bound is not a leak.
-	poolSize := 10 * runtime.GOMAXPROCS(0) // go-redis's default
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
-		PoolSize: poolSize, MinIdleConns: poolSize, MaxActiveConns: poolSize})
+// store on addr, one identity per X-API-Key header. With prefill, the
+// go-redis pool opens all its connections at once and never exceeds them,
+// so that its buffers (64 KiB per connection) are all in the heap before
+// the soak's baseline sample: a pool growing to its bound is not a leak.
+// Without, the client has go-redis's defaults, as most users' would.
+func newLimiterHandler(addr, prefix string, policy *ratelimit.Policy, timeout time.Duration, prefill bool) (http.Handler, func(), error) {
+	opt := &redis.Options{Addr: addr, ContextTimeoutEnabled: true}
+	if prefill {
+		opt.PoolSize = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+		opt.MinIdleConns, opt.MaxActiveConns = opt.PoolSize, opt.PoolSize
+	}
+	rdb := redis.NewClient(opt)
 	st, err := store.NewRedis(rdb, store.WithPrefix(prefix))
 	if err != nil {
 		rdb.Close()
@@ -86,7 +90,7 @@ func serveMain(cfg config) error {
 	if err != nil {
 		return err
 	}
-	h, closeStore, err := newLimiterHandler(cfg.redisAddr, cfg.prefix, policy, cfg.timeout)
+	h, closeStore, err := newLimiterHandler(cfg.redisAddr, cfg.prefix, policy, cfg.timeout, true)
 	if err != nil {
 		return err
 	}
