@@ -100,7 +100,13 @@ func runFleet(cfg config, stop <-chan struct{}) error {
 			}
 		}()
 	}
-	go pacer(start, cfg.rps, jobs, loadStop, func(t time.Duration, _ bool) { at(t).offered.Add(1) })
+	var dropped atomic.Int64
+	go pacer(start, cfg.rps, jobs, loadStop, func(t time.Duration, queued bool) {
+		at(t).offered.Add(1)
+		if !queued {
+			dropped.Add(1)
+		}
+	})
 
 	// The outage: kill at half time, start again (empty) cfg.outage later.
 	var killedAt, upAt time.Duration
@@ -158,8 +164,8 @@ func runFleet(cfg config, stop <-chan struct{}) error {
 	if err := bw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "soak -fleet: %d seconds written; totals: %d admitted, %d denied, %d failed open, %d errors\n",
-		last, total[admitted], total[denied], total[failedOpen], total[failed])
+	fmt.Fprintf(os.Stderr, "soak -fleet: %d seconds written; totals: %d admitted, %d denied, %d failed open, %d errors; %d dropped (no free worker)\n",
+		last, total[admitted], total[denied], total[failedOpen], total[failed], dropped.Load())
 	return nil
 }
 
