@@ -7,7 +7,7 @@
 //
 // By default it starts its own redis-server on a free 127.0.0.1 port; -redis
 // host:port uses another (not in -fleet mode, which kills and restarts its
-// server). See the "Soak" section of bench/README.md.
+// server). See soak/README.md.
 package main
 
 import (
