@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"os"
 	"os/exec"
 	"runtime"
@@ -33,16 +35,22 @@ const serveStatsPath = "/_soak/stats"
 
 // serverStats is the server process's answer on serveStatsPath.
 type serverStats struct {
-	HeapAlloc  uint64 `json:"heap_alloc"` // bytes, right after runtime.GC
-	HeapInuse  uint64 `json:"heap_inuse"` // bytes, right after runtime.GC
-	Goroutines int    `json:"goroutines"` // the fewest seen over goroutineWindow
+	HeapAlloc  uint64 `json:"heap_alloc"` // bytes right after runtime.GC, the least of heapReadings
+	Goroutines int    `json:"goroutines"` // the fewest seen over statsWindow
 }
 
-// goroutineWindow is how long the server process watches its goroutine
-// count before answering the lowest: the count rises by one or two for
-// every request in flight, so the lowest is the standing level, where a
-// leak would show.
-const goroutineWindow = 200 * time.Millisecond
+// statsWindow is how long the server process watches its goroutines and
+// heap before answering the lowest readings: requests in flight add a
+// goroutine or two and their buffers each, so the lowest is the standing
+// level, where a leak shows, rather than the load of one instant.
+const statsWindow = 200 * time.Millisecond
+
+// heapReadings is how many times, spread over statsWindow, the server
+// process runs a GC and reads its heap.
+const heapReadings = 4
+
+// readEvery is the time between two goroutine counts.
+const readEvery = 5 * time.Millisecond
 
 // newLimiterHandler builds the handler under test: policy over a Redis
 // store on addr, one identity per X-API-Key header. With prefill, the
@@ -98,15 +106,21 @@ func serveMain(cfg config) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
 	mux.Handle("/warm", warmHandler(cfg.workers))
+	mux.Handle("/debug/pprof/heap", httppprof.Handler("heap")) // to look into a leak the soak reports
 	mux.HandleFunc(serveStatsPath, func(w http.ResponseWriter, _ *http.Request) {
-		fewest := runtime.NumGoroutine()
-		for end := time.Now().Add(goroutineWindow); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			fewest = min(fewest, runtime.NumGoroutine())
+		st := serverStats{HeapAlloc: math.MaxUint64, Goroutines: math.MaxInt}
+		start := time.Now()
+		for i := 0; time.Since(start) < statsWindow; i++ {
+			st.Goroutines = min(st.Goroutines, runtime.NumGoroutine())
+			if i%(int(statsWindow/readEvery)/heapReadings) == 0 {
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				st.HeapAlloc = min(st.HeapAlloc, ms.HeapAlloc)
+			}
+			time.Sleep(readEvery)
 		}
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		_ = json.NewEncoder(w).Encode(serverStats{HeapAlloc: ms.HeapAlloc, HeapInuse: ms.HeapInuse, Goroutines: fewest})
+		_ = json.NewEncoder(w).Encode(st)
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -133,6 +133,7 @@ func runSoak(cfg config, stop <-chan struct{}) error {
 	}
 	fmt.Fprintf(out, "soak: %v at %g requests/s offered (%d workers), policy %q (long-run rate %.3g/s per identity), Redis %s\n",
 		cfg.duration, cfg.rps, cfg.workers, cfg.policy, longRun, redisNote)
+	fmt.Fprintf(os.Stderr, "soak: the server process listens on %s (heap profile: %s/debug/pprof/heap)\n", srv.url, srv.url)
 	fmt.Fprintf(out, "identities: %d normal residents, %d greedy (ignore Retry-After), %d polite (wait Retry-After); visitors (%d requests each, about 1/s) arrive until %v; leak baseline at %v\n\n",
 		cfg.residents, cfg.greedy, cfg.polite, visitorRequests, arrivalEnd, baseAt)
 
@@ -323,20 +324,26 @@ func checkSoak(samples []sample, violations int, first []string, private, interr
 			base = &samples[i]
 		}
 	}
-	end := samples[len(samples)-1]
-	if base == nil || base == &samples[len(samples)-1] {
+	baseIdx := 0
+	for i := range samples {
+		if samples[i].base {
+			baseIdx = i
+		}
+	}
+	if base == nil || baseIdx == len(samples)-1 {
 		f.check(false, "no baseline sample at a quarter of the run")
 		return f
 	}
+	end := endLevel(samples[baseIdx+1:])
 	f.check(float64(end.heap) <= leakTolerance*float64(base.heap),
-		"server heap (HeapAlloc right after runtime.GC) at the end %.2f MB, at a quarter of the run %.2f MB: at most +10%%", mb(end.heap), mb(base.heap))
+		"server heap (HeapAlloc right after runtime.GC, least of 4 readings over 200ms) at the end (least of the last 3 samples) %.2f MB, at a quarter of the run %.2f MB: at most +10%%", mb(end.heap), mb(base.heap))
 	f.check(float64(end.goroutines) <= leakTolerance*float64(base.goroutines),
-		"server goroutines (fewest over 200ms) at the end %d, at a quarter of the run %d: at most +10%%", end.goroutines, base.goroutines)
+		"server goroutines (fewest over 200ms) at the end (least of the last 3 samples) %d, at a quarter of the run %d: at most +10%%", end.goroutines, base.goroutines)
 	if private {
 		f.check(float64(end.keys) <= leakTolerance*float64(base.keys),
-			"Redis keys (DBSIZE) at the end %d, at a quarter of the run %d: flat or lower (at most +10%%)", end.keys, base.keys)
+			"Redis keys (DBSIZE) at the end (least of the last 3 samples) %d, at a quarter of the run %d: flat or lower (at most +10%%)", end.keys, base.keys)
 		f.check(float64(end.usedMemory) <= leakTolerance*float64(base.usedMemory),
-			"Redis used_memory at the end %.2f MB, at a quarter of the run %.2f MB: flat or lower (at most +10%%)", mb(uint64(end.usedMemory)), mb(uint64(base.usedMemory)))
+			"Redis used_memory at the end (least of the last 3 samples) %.2f MB, at a quarter of the run %.2f MB: flat or lower (at most +10%%)", mb(uint64(end.usedMemory)), mb(uint64(base.usedMemory)))
 	} else {
 		f.lines = append(f.lines, "(Redis keys and memory not checked: -redis is shared with other clients)")
 	}
@@ -344,3 +351,23 @@ func checkSoak(samples []sample, violations int, first []string, private, interr
 }
 
 func mb(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// endSamples is how many of the last samples make the level at the end.
+const endSamples = 3
+
+// endLevel returns, for each measure the leak checks compare, its lowest
+// value over the last endSamples samples (fewer if the run has fewer after
+// the baseline): what stayed, rather than what a stall at the last instant
+// held up (requests in flight hold goroutines and buffers). A leak, which
+// only grows, shows in all of them.
+func endLevel(after []sample) sample {
+	last := after[max(0, len(after)-endSamples):]
+	end := last[0]
+	for _, s := range last[1:] {
+		end.heap = min(end.heap, s.heap)
+		end.goroutines = min(end.goroutines, s.goroutines)
+		end.keys = min(end.keys, s.keys)
+		end.usedMemory = min(end.usedMemory, s.usedMemory)
+	}
+	return end
+}

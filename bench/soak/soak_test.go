@@ -139,4 +139,27 @@ func TestCheckSoak(t *testing.T) {
 	if f.n == 0 {
 		t.Error("violations did not fail the run")
 	}
+
+	// The end is the least of the last three samples: a stall at the last
+	// instant is not a leak; growth in all three is.
+	flat, spike, grown := base, base, base
+	flat.base, spike.base, grown.base = false, false, false
+	spike.heap, spike.goroutines = 200<<20, 200
+	grown.heap = 120 << 20
+	decided := sample{}
+	decided.n[normal][admitted] = 100
+	for _, tt := range []struct {
+		name  string
+		after []sample
+		fails int
+	}{
+		{"spike in the last sample", []sample{flat, flat, flat, flat, spike}, 0},
+		{"growth in the last three", []sample{flat, grown, grown, grown}, 1},
+		{"growth before the last three only", []sample{grown, grown, flat, flat, flat}, 0},
+	} {
+		f := checkSoak(append([]sample{decided, base}, tt.after...), 0, nil, true, false)
+		if f.n != tt.fails {
+			t.Errorf("%s: %d failures, want %d:\n%s", tt.name, f.n, tt.fails, strings.Join(f.lines, "\n"))
+		}
+	}
 }
