@@ -1,62 +1,15 @@
 package ratelimit
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 )
 
-// Result is what the Limiter decided for one request. The Limiter puts it
-// in the request's context before calling the next handler or the denied
-// handler; read it with FromContext.
-type Result struct {
-	// Policy is the policy applied. It is nil only in a Result built by
-	// hand.
-	Policy *Policy
-	// Keys are the keys of the identifiers that applied, in order
-	// ("ip:203.0.113.7", "user:42"). Empty when no identifier applied.
-	// Decision.Key and LimitStatus.Key index it.
-	Keys []string
-	// Cost is the request's cost in units of Limit.Rate.
-	Cost int64
-	// Decision is the store's answer (or the failure mode's, when Err is
-	// set).
-	Decision Decision
-	// Err is the store's error when the store failed and the configured
-	// failure mode decided instead; nil otherwise. It is for logs and
-	// metrics: never send its text to the client.
-	Err error
-	// DryRun reports whether the Limiter was in dry-run mode: the request
-	// went through even if Decision denies it.
-	DryRun bool
-}
-
-// ctxKey is the context key of the Result; unexported so that only
-// NewContext can set it.
-type ctxKey struct{}
-
-// NewContext returns a copy of ctx carrying res. The Limiter calls it for
-// every request it checks; custom middleware stacks and tests may too.
-func NewContext(ctx context.Context, res Result) context.Context {
-	return context.WithValue(ctx, ctxKey{}, res)
-}
-
-// FromContext returns the Result carried by ctx, and whether there was one.
-// Without one (the request did not go through a Limiter, or ctx is nil) it
-// returns the zero Result and false.
-func FromContext(ctx context.Context) (Result, bool) {
-	if ctx == nil {
-		return Result{}, false
-	}
-	res, ok := ctx.Value(ctxKey{}).(Result)
-	return res, ok
-}
-
 // ProblemType is the "type" of the problem documents DeniedHandler writes:
 // a URI naming this kind of problem and documenting its extension members
-// (limit, quota, window, retry_after).
+// (limit, quota, window, identifier, retry_after).
 const ProblemType = "https://github.com/ratelimitkit/ratelimit#rate-limited"
 
 // Problem is the RFC 9457 problem document DeniedHandler writes, as JSON
@@ -85,6 +38,11 @@ type Problem struct {
 	// at least 1 (the w of RateLimit-Policy). Omitted when the limit is
 	// unknown.
 	Window int64 `json:"window,omitempty"`
+	// Identifier is the kind of identifier whose limit ran out: the prefix
+	// of its key ("ip", "key", "user", or the prefix of a custom key, such
+	// as "tenant" for "tenant:acme"), never its value. Omitted when the key
+	// has no lowercase prefix before a colon.
+	Identifier string `json:"identifier,omitempty"`
 	// RetryAfter is the number of seconds to wait before retrying, as in
 	// the Retry-After header: rounded up, at least 1. Omitted (0) when the
 	// request can never be admitted (RetryAfter is Never), when the
@@ -104,6 +62,9 @@ func NewProblem(res Result) Problem {
 		pb.Limit = l.Name
 		pb.Quota = limitQuota(l, p.algorithm == TokenBucket)
 		pb.Window = windowSeconds(l.Period)
+	}
+	if d.Key >= 0 && d.Key < len(res.Keys) {
+		pb.Identifier = keyKind(res.Keys[d.Key])
 	}
 	var b strings.Builder
 	if d.RetryAfter == Never && !d.Allowed {
@@ -139,6 +100,21 @@ func NewProblem(res Result) Problem {
 	}
 	pb.Detail = b.String()
 	return pb
+}
+
+// keyKind returns the prefix of key before its first colon when it is 1 to
+// 16 lowercase letters ("ip", "key", "user"), else "".
+func keyKind(key string) string {
+	i := strings.IndexByte(key, ':')
+	if i < 1 || i > 16 {
+		return ""
+	}
+	for j := 0; j < i; j++ {
+		if c := key[j]; c < 'a' || c > 'z' {
+			return ""
+		}
+	}
+	return key[:i]
 }
 
 // writeLimit writes l for people: `"api-1s" (10 per 1s)`, with the burst
@@ -202,11 +178,19 @@ func (pb Problem) appendJSON(b []byte) []byte {
 	for _, m := range [...]struct {
 		name string
 		v    int64
-	}{{`,"quota":`, pb.Quota}, {`,"window":`, pb.Window}, {`,"retry_after":`, pb.RetryAfter}} {
+	}{{`,"quota":`, pb.Quota}, {`,"window":`, pb.Window}} {
 		if m.v != 0 {
 			b = append(b, m.name...)
 			b = strconv.AppendInt(b, m.v, 10)
 		}
+	}
+	if pb.Identifier != "" {
+		b = append(b, `,"identifier":`...)
+		b = appendJSONString(b, pb.Identifier)
+	}
+	if pb.RetryAfter != 0 {
+		b = append(b, `,"retry_after":`...)
+		b = strconv.AppendInt(b, pb.RetryAfter, 10)
 	}
 	return append(b, '}', '\n')
 }

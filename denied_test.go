@@ -100,7 +100,7 @@ func TestDeniedHandler(t *testing.T) {
 				Limit: 0, RetryAfter: 300 * time.Millisecond, ResetAfter: time.Second,
 			}},
 			checks: []respCheck{hasProblem(wantProblem(`Rate limit "default-1s" (10 per 1s) exceeded. Retry in 1 second.`, map[string]any{
-				"limit": "default-1s", "quota": float64(10), "window": float64(1), "retry_after": float64(1),
+				"limit": "default-1s", "quota": float64(10), "window": float64(1), "retry_after": float64(1), "identifier": "ip",
 			}))},
 		},
 		{
@@ -109,7 +109,7 @@ func TestDeniedHandler(t *testing.T) {
 				Limit: 1, Key: 0, RetryAfter: 42*time.Second + time.Microsecond, ResetAfter: time.Minute,
 			}},
 			checks: []respCheck{hasProblem(wantProblem(`Rate limit "default-1m" (120 per 1m) exceeded. Retry in 43 seconds.`, map[string]any{
-				"limit": "default-1m", "quota": float64(120), "window": float64(60), "retry_after": float64(43),
+				"limit": "default-1m", "quota": float64(120), "window": float64(60), "retry_after": float64(43), "identifier": "user",
 			}))},
 		},
 		{
@@ -118,7 +118,7 @@ func TestDeniedHandler(t *testing.T) {
 				Limit: 0, RetryAfter: Never,
 			}},
 			checks: []respCheck{hasProblem(wantProblem(`This request's cost (11) exceeds the limit "default-1s" (10 per 1s) and can never be admitted.`, map[string]any{
-				"limit": "default-1s", "quota": float64(10), "window": float64(1),
+				"limit": "default-1s", "quota": float64(10), "window": float64(1), "identifier": "ip",
 			}))},
 		},
 		{

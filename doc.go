@@ -22,6 +22,11 @@
 //     routes to avoid that.
 //   - [Limiter.Allow] and [Limiter.AllowN] decide outside HTTP (jobs,
 //     queues, exports) for keys you choose; AllowN takes a cost.
+//   - [Limiter.Wait] and [Limiter.WaitN] wait for their turn instead of
+//     being refused ([WithMaxDelay] holds HTTP requests the same way);
+//     [Limiter.AllowUpTo] grants what is left of a quota.
+//   - [Limiter.Refund] gives a charge back ([WithRefundIf] does it by the
+//     response's status); [Limiter.Reset] forgets keys.
 //
 // A Limiter is safe for concurrent use.
 //
@@ -46,10 +51,14 @@
 // [ParsePolicy] and [MustParsePolicy] read "10/s, 120/m, 240/h";
 // [NewPolicy] takes [Limit] values. [WithPolicyFunc] picks a policy per
 // request, [WithCost] and [WithCostFunc] weigh requests. Algorithms:
-// [SlidingWindow] (the default; never admits more than Rate in any
-// interval of length Period), [FixedWindow] (cheapest; up to 2× Rate
-// across a window edge) and [TokenBucket] (GCRA; a smooth rate with an
-// explicit burst). Each Algorithm's documentation states its guarantee.
+// [SlidingWindow] (the default; never admits more than Rate in any window
+// of Period, and counts small limits exactly, so a client that waits its
+// Retry-After gets the promised rate), [SlidingLog] (exact for any rate up
+// to [MaxLogRate]), [FixedWindow] (cheapest; up to 2× Rate across a window
+// edge), [TokenBucket] (GCRA; a smooth rate with an explicit burst) and
+// [SlidingWindowApprox] (two counters; under 2× Rate in any window). Each
+// Algorithm's documentation states its guarantee. [BlockFor] adds a
+// penalty after a denial.
 //
 // # Stores
 //
@@ -65,14 +74,18 @@
 // [SetHeaders] and [SetRetryAfter] write them for your own handlers.
 // [DeniedHandler] writes the 429 problem document ([Problem],
 // [NewProblem]); replace it with [WithDeniedHandler]. Handlers behind the
-// middleware read the decision with [FromContext].
+// middleware read the decision with [FromContext], and every decision of
+// stacked Limiters with [AllFromContext].
 //
 // # When the store fails
 //
 // Each store call has a budget ([WithTimeout], 100ms by default). Then
 // [WithFallback] asks another store, and the failure mode decides
 // ([WithFailureMode]: [FailOpen] or [FailClosed]); a circuit breaker
-// ([WithCircuitBreaker]) stops asking a store that keeps failing. Errors
+// ([WithCircuitBreaker]) stops asking a store that keeps failing. A client
+// that goes away does not cut a decision short. Observers ([WithObserver];
+// the metrics modules) see every decision, store call and circuit change.
+// Errors
 // go to [WithErrorHook] and, throttled, to [WithLogger]; the Redis store's
 // errors name their cause (a refused connection behind a timeout), and
 // its Ping method checks the servers at startup.

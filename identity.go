@@ -548,3 +548,69 @@ func isAlnum(c byte) bool {
 // trimOWS trims the optional whitespace (spaces and tabs) HTTP allows
 // around header values and list elements.
 func trimOWS(s string) string { return strings.Trim(s, " \t") }
+
+// FirstOf returns an Identifier that uses the first of ids that applies to
+// a request: FirstOf(byKey, byIP) limits a request by its API key when it
+// has one, and by its IP address otherwise, so key holders get their own
+// budget instead of sharing their IP's. It applies when any of ids does.
+// ids must not be empty or hold a nil Identifier; FirstOf panics then, as
+// it is written in the program, never built from input.
+func FirstOf(ids ...Identifier) Identifier {
+	if len(ids) == 0 {
+		panic("ratelimit: FirstOf: no identifiers")
+	}
+	for i, id := range ids {
+		if id == nil || isNilFunc(id) {
+			panic(fmt.Sprintf("ratelimit: FirstOf: identifier %d is nil", i))
+		}
+	}
+	ids = append([]Identifier(nil), ids...)
+	return IdentifierFunc(func(r *http.Request) (string, bool) {
+		for _, id := range ids {
+			if k, ok := id.Identify(r); ok && k != "" {
+				return k, true
+			}
+		}
+		return "", false
+	})
+}
+
+// ClientIn returns a function, for WithSkip, that reports whether a
+// request's client address is in one of cidrs ("10.0.0.0/8", "::1", or a
+// bare address): for health checkers and internal networks. The client
+// address is the one ip resolves (ByIP's rules, trusted proxies included);
+// a nil ip means the TCP peer (RemoteAddr), forwarded headers ignored. A
+// request whose address cannot be determined is not in any range. It
+// reports an error, starting "ratelimit: ", for a malformed CIDR or address.
+func ClientIn(ip *IPIdentifier, cidrs ...string) (func(*http.Request) bool, error) {
+	if len(cidrs) == 0 {
+		return nil, errors.New("ratelimit: ClientIn: no ranges")
+	}
+	prefixes := make([]netip.Prefix, 0, len(cidrs))
+	for _, s := range cidrs {
+		p, err := parseTrustedProxy(s)
+		if err != nil {
+			return nil, fmt.Errorf("ratelimit: ClientIn: %q is not a CIDR prefix or IP address", s)
+		}
+		prefixes = append(prefixes, p)
+	}
+	if ip == nil {
+		peer, err := ByIP()
+		if err != nil {
+			return nil, fmt.Errorf("ratelimit: ClientIn: %w", err)
+		}
+		ip = peer.(*IPIdentifier)
+	}
+	return func(r *http.Request) bool {
+		a, ok := ip.ClientIP(r)
+		if !ok {
+			return false
+		}
+		for _, p := range prefixes {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}, nil
+}

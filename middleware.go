@@ -70,8 +70,15 @@ type config struct {
 	decHook  func(*http.Request, Result)
 	dryRun   bool
 	style    HeaderStyle
-	now      func() time.Time // clock of the log throttle and the circuit breaker
-	err      error            // the first invalid option
+	maxDelay time.Duration // WithMaxDelay
+	idHeader string        // WithIdempotencyKey
+	refundIf func(*http.Request, int) bool
+	skip     func(*http.Request) bool
+	// observers get every event (WithObserver).
+	observers []Observer
+	now       func() time.Time                                 // clock of the log throttle, the circuit breaker and waits
+	sleep     func(ctx context.Context, d time.Duration) error // waits d, or until ctx is done
+	err       error                                            // the first invalid option
 	// breaker guards the store (not the fallback); see WithCircuitBreaker.
 	breaker    breaker.Breaker
 	breakerSet bool
@@ -214,8 +221,7 @@ func WithFailureMode(m FailureMode) Option {
 // that each server keeps limiting on its own during an outage of the
 // shared store. The fallback gets a fresh timeout of its own, so a request
 // waits at most twice the timeout. If the fallback fails too, the failure
-// mode applies. The fallback is not asked when the request's own context
-// is already done. When the fallback decides, Result.Err (and AllowN's
+// mode applies. When the fallback decides, Result.Err (and AllowN's
 // error) is nil, since the failure mode did not apply; the store's error
 // still goes to the error hook and the log. s must not be nil nor the
 // store given to New.
@@ -230,9 +236,11 @@ func WithFallback(s Store) Option {
 }
 
 // WithTimeout sets how long each store call may take (DefaultTimeout
-// unless set). It bounds the call with context.WithTimeout on the
-// request's context, so the Store must honour its context. d must be
-// positive.
+// unless set). It bounds the call with context.WithTimeout on a context
+// that keeps the request's values but not its cancellation: a client that
+// goes away (or half-closes its connection) does not cut a decision short,
+// since a decision must not depend on the client's connection. The Store
+// must honour its context. d must be positive.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -244,12 +252,12 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithErrorHook sets a function called with every store error, of the
-// store and of the fallback, before the failure mode applies; r is nil
-// when the call came from Allow or AllowN. The error wraps the store's,
-// and context.DeadlineExceeded when the timeout expired. When the
-// request's own context was done (the client went away), the error wraps
-// that context's error, typically context.Canceled: filter it with
-// errors.Is if it is not a store failure to you. fn runs on the request's
+// store and of the fallback, before the failure mode applies, and when
+// the circuit skips the store (wrapping ErrCircuitOpen); r is nil when the
+// call came from Allow, AllowN, Wait, WaitN, AllowUpTo, Refund or Reset.
+// The error wraps the store's, and context.DeadlineExceeded when the
+// timeout expired. It also reports a request whose cost exceeds the
+// capacity of its policy (ErrCostOverCapacity). fn runs on the request's
 // goroutine and must be safe for concurrent use.
 func WithErrorHook(fn func(r *http.Request, err error)) Option {
 	return func(c *config) {
@@ -265,9 +273,8 @@ func WithErrorHook(fn func(r *http.Request, err error)) Option {
 // slog.Default(). Errors are logged at level Error, at most about once a
 // second per Limiter so that an outage does not flood the log: each record
 // carries "suppressed", the number of errors left unlogged since the
-// previous one. Store calls abandoned because the request's own context
-// was done (the client went away) are logged at level Debug, unthrottled,
-// and do not count as suppressed. Keys are never logged.
+// previous one (requests the open circuit answered included). Keys are
+// never logged.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {
@@ -281,8 +288,9 @@ func WithLogger(l *slog.Logger) Option {
 // WithDeniedHandler sets the handler that answers a denied request; the
 // default is DeniedHandler. It finds the Result in r.Context() (see
 // FromContext). When it runs, the rate-limit headers, Retry-After and
-// "Cache-Control: no-store" are already set on w; it must write the
-// status code (normally 429).
+// "Cache-Control: no-store" are already set on w. The response is a 429
+// unless the handler writes another status itself: a handler that writes
+// only a body, or nothing, answers 429 all the same.
 func WithDeniedHandler(h http.Handler) Option {
 	return func(c *config) {
 		if isNil(h) {
@@ -297,9 +305,10 @@ func WithDeniedHandler(h http.Handler) Option {
 // denied, store failures (Result.Err set) and dry runs, for metrics or
 // audit. It runs before the response is written, with the request that
 // carries the Result in its context; r is nil when the call came from
-// Allow or AllowN. Requests that no identifier applies to are not
-// decided, so they are not seen. fn runs on the request's goroutine and
-// must be safe for concurrent use.
+// Allow, AllowN, Wait, WaitN or AllowUpTo. Requests that no identifier
+// applies to are not decided, so they are not seen. fn runs on the
+// request's goroutine and must be safe for concurrent use. For several
+// subscribers, and store latency and circuit state, see WithObserver.
 func WithDecisionHook(fn func(r *http.Request, res Result)) Option {
 	return func(c *config) {
 		if fn == nil {
@@ -323,11 +332,11 @@ func WithDryRun(on bool) Option {
 
 // WithHeaders sets the styles of the rate-limit headers (HeadersIETF
 // unless set); styles combine with |, e.g. HeadersIETF|HeadersXRateLimit.
-// HeadersNone sends none of them, not even Retry-After. A denied response
-// still carries "Cache-Control: no-store", and the default denied handler's
-// body still names the limit and the wait: to tell clients nothing about
-// the limits, also set WithDeniedHandler. Bits that name no style are an
-// error.
+// HeadersNone sends none of them, not even Retry-After (on a 429, or on
+// FailClosed's 503). A denied response still carries "Cache-Control:
+// no-store", and the default denied handler's body still names the limit
+// and the wait: to tell clients nothing about the limits, also set
+// WithDeniedHandler. Bits that name no style are an error.
 func WithHeaders(style HeaderStyle) Option {
 	return func(c *config) {
 		if style&^(HeadersIETF|HeadersDraft06|HeadersXRateLimit) != 0 {
@@ -335,6 +344,86 @@ func WithHeaders(style HeaderStyle) Option {
 			return
 		}
 		c.style = style
+	}
+}
+
+// WithMaxDelay makes Handler hold a request that can be admitted within d
+// instead of refusing it (a leaky bucket with a queue of d): it is served
+// when its turn comes, with headers describing the state at that time;
+// beyond d it gets 429 as without the option. A client that disconnects
+// while held gives its place back (its charge is refunded). Where the
+// policy can reserve (Policy.Reserves: exact logs and the token bucket),
+// the place in line is reserved in the store call itself: held requests
+// are served in order and never more than the limit admits at the time
+// each is served. Under other policies (sub-buckets, fixed window,
+// approximation) a request is held for the Retry-After the store gave,
+// then asked for again, as long as d allows: no order is kept among held
+// requests. d = 0 (the default) turns holding off; d must not be negative
+// nor above MaxSpan.
+func WithMaxDelay(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 || d > MaxSpan {
+			c.fail("WithMaxDelay(%s): want a delay from 0 to %s", d, MaxSpan)
+			return
+		}
+		c.maxDelay = d
+	}
+}
+
+// WithIdempotencyKey makes a request carrying the named header (IETF
+// draft "The Idempotency-Key HTTP Header Field") count once: a retry with
+// the same value, for the same keys under the same policy within the
+// policy's longest Period, is answered with the first decision and not
+// charged again (Decision.Repeated), at most MaxRepeats times; after that
+// it is charged like any request, so one value is never a free pass. The
+// value is hashed before it reaches the store; values longer than 1024
+// bytes are ignored (the request counts as usual). The Limiter does not
+// store responses: every repeat runs the handler. Only admitted requests
+// are remembered, so the retry of a denied request is decided afresh. The
+// store must know request IDs (the memory and Redis stores do; others
+// charge every repeat).
+func WithIdempotencyKey(header string) Option {
+	return func(c *config) {
+		if err := validHeaderName(header); err != nil {
+			c.fail("WithIdempotencyKey: header name %q: %v", header, err)
+			return
+		}
+		c.idHeader = http.CanonicalHeaderKey(header)
+	}
+}
+
+// WithRefundIf gives a request's charge back after the handler answered,
+// when fn says so, given the status the handler wrote (200 if it wrote
+// none; 0 if it hijacked the connection). Typical uses: count only failed
+// logins (refund when status < 400), do not charge server errors (status
+// ≥ 500). The refund is exact (Refunder): it takes back what the charge
+// still counts, never below zero, never another request's units; a charge
+// is refunded at most once, whatever else asks (stacked Limiters, a held
+// request whose client left, Limiter.Refund). The status is captured
+// without hiding http.Flusher, http.Hijacker or http.ResponseController
+// from the handler. fn must be safe for concurrent use; the store must be
+// a Refunder (the memory and Redis stores are), or New fails.
+func WithRefundIf(fn func(r *http.Request, status int) bool) Option {
+	return func(c *config) {
+		if fn == nil {
+			c.fail("WithRefundIf: nil function")
+			return
+		}
+		c.refundIf = fn
+	}
+}
+
+// WithSkip exempts the requests fn reports true for: they are served
+// unlimited, uncharged and without rate-limit headers, as if no identifier
+// applied. For health checks and internal networks (see ClientIn). fn must
+// be safe for concurrent use.
+func WithSkip(fn func(r *http.Request) bool) Option {
+	return func(c *config) {
+		if fn == nil {
+			c.fail("WithSkip: nil function")
+			return
+		}
+		c.skip = fn
 	}
 }
 
@@ -400,8 +489,26 @@ func New(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
 			return nil, errors.New("ratelimit: New: DeniedHandler is nil; set one with WithDeniedHandler")
 		}
 	}
+	if c.refundIf != nil {
+		if _, ok := store.(Refunder); !ok {
+			return nil, fmt.Errorf("ratelimit: WithRefundIf: the store (%T) cannot refund: %w", store, errors.ErrUnsupported)
+		}
+	}
+	l.sleep = sleep
 	l.setClock(time.Now)
 	return l, nil
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // setClock sets the clock of the log throttle and restarts it.
@@ -436,306 +543,4 @@ func isNilFunc(v any) bool {
 func sameStore(a, b Store) bool {
 	ta := reflect.TypeOf(a)
 	return ta == reflect.TypeOf(b) && ta.Kind() == reflect.Pointer && a == b
-}
-
-// Handler returns next wrapped by the limiter, for chi (r.Use(l.Handler),
-// r.With(l.Handler)) or plain net/http (l.Handler(mux)).
-//
-// For each request: every identifier gives a key (those that do not apply
-// are skipped; if none applies the request passes unlimited), the policy
-// (WithPolicyFunc or the default) and the cost are chosen, and the store is
-// asked once, within the timeout. Then:
-//
-//   - Allowed: the rate-limit headers are set and next serves the request.
-//   - Denied: the headers, Retry-After (unless the cost exceeds the
-//     policy's capacity: it would never be admitted) and "Cache-Control:
-//     no-store" are set and the denied handler answers, normally 429.
-//   - No store could decide: the failure mode applies.
-//
-// Both next and the denied handler find the Result in the request's
-// context (FromContext). A request with cost 0 is never denied, and in a
-// dry run (WithDryRun) nothing is blocked.
-//
-// Handler panics if next is nil.
-func (l *Limiter) Handler(next http.Handler) http.Handler {
-	if next == nil {
-		panic("ratelimit: Handler: nil next handler")
-	}
-	if l == nil || l.store == nil {
-		panic("ratelimit: Handler: Limiter not built by New")
-	}
-	return &handler{l: l, next: next}
-}
-
-type handler struct {
-	l    *Limiter
-	next http.Handler
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	l := h.l
-	keys := l.identify(r)
-	if keys == nil {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	res := Result{Policy: l.policy, Keys: keys, Cost: l.cost, DryRun: l.dryRun}
-	if l.policyFn != nil {
-		if p := l.policyFn(r); p != nil {
-			res.Policy = p
-		}
-	}
-	if l.costFn != nil {
-		res.Cost = max(l.costFn(r), 0)
-	}
-	var failed bool
-	res.Decision, failed, res.Err = l.take(r.Context(), r, res.Policy, keys, res.Cost)
-	r = r.WithContext(NewContext(r.Context(), res))
-	if l.decHook != nil {
-		l.decHook(r, res)
-	}
-	if failed {
-		if l.mode == FailClosed && !l.dryRun && res.Cost > 0 {
-			serviceUnavailable(w)
-			return
-		}
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	d := &res.Decision
-	denied := !d.Allowed && res.Cost > 0
-	hdr := w.Header()
-	if l.style != HeadersNone {
-		SetHeaders(hdr, l.style, res.Policy, *d)
-		if denied && d.RetryAfter > 0 {
-			SetRetryAfter(hdr, *d)
-		}
-	}
-	if denied && !l.dryRun {
-		hdr.Set("Cache-Control", "no-store")
-		l.denied.ServeHTTP(w, r)
-		return
-	}
-	h.next.ServeHTTP(w, r)
-}
-
-// identify returns the keys of the identifiers that apply to r, without
-// duplicates, or nil if none applies.
-func (l *Limiter) identify(r *http.Request) []string {
-	var keys []string
-ids:
-	for _, id := range l.ids {
-		k, ok := id.Identify(r)
-		if !ok || k == "" {
-			continue
-		}
-		for _, seen := range keys {
-			if seen == k {
-				continue ids
-			}
-		}
-		if keys == nil {
-			keys = make([]string, 0, len(l.ids))
-		}
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-func serviceUnavailable(w http.ResponseWriter) {
-	h := w.Header()
-	h.Set("Retry-After", strconv.Itoa(int(failClosedRetryAfter/time.Second)))
-	h.Set("Cache-Control", "no-store")
-	http.Error(w, "Service temporarily unavailable, please retry shortly.", http.StatusServiceUnavailable)
-}
-
-// Allow reports whether one event may happen now for all of keys; it is
-// AllowN(ctx, 1, keys...).
-func (l *Limiter) Allow(ctx context.Context, keys ...string) (Decision, error) {
-	return l.AllowN(ctx, 1, keys...)
-}
-
-// AllowN asks the store whether an event of the given cost may happen now
-// for all of keys under the policy given to New and, if so, charges every
-// key. It is the Handler's decision outside HTTP: the keys are the
-// caller's (such as "job:" + tenant), and the timeout, fallback, failure
-// mode, hooks (with a nil request) and logging are the same. A cost of 0
-// charges nothing and reports whether a cost of 1 would be admitted.
-// Dry run does not apply: the Decision is the store's.
-//
-// The error is non-nil when the arguments are invalid (negative cost, no
-// key, more than MaxKeys keys or an empty key: then the store is not asked and the Decision is the
-// zero value, which denies), or when no store could decide: then the
-// Decision is the failure mode's (FailOpen allows, FailClosed denies with
-// a RetryAfter of one second) and the error says why. When the fallback
-// store decides, its Decision comes with a nil error. Callers that only
-// want a yes or no may use Decision.Allowed whatever the error.
-func (l *Limiter) AllowN(ctx context.Context, cost int64, keys ...string) (Decision, error) {
-	if cost < 0 {
-		return Decision{}, fmt.Errorf("ratelimit: AllowN: negative cost %d", cost)
-	}
-	if len(keys) == 0 {
-		return Decision{}, errors.New("ratelimit: AllowN: no keys")
-	}
-	if len(keys) > MaxKeys {
-		return Decision{}, fmt.Errorf("ratelimit: AllowN: %d keys, at most %d", len(keys), MaxKeys)
-	}
-	for i, k := range keys {
-		if k == "" {
-			return Decision{}, fmt.Errorf("ratelimit: AllowN: key %d is empty", i)
-		}
-	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	keys = dedupe(keys)
-	d, _, err := l.take(ctx, nil, l.policy, keys, cost)
-	if l.decHook != nil {
-		l.decHook(nil, Result{Policy: l.policy, Keys: keys, Cost: cost, Decision: d, Err: err})
-	}
-	return d, err
-}
-
-// dedupe returns keys without repeats, copying only if there are any.
-func dedupe(keys []string) []string {
-	for i := 1; i < len(keys); i++ {
-		for j := 0; j < i; j++ {
-			if keys[i] == keys[j] {
-				out := make([]string, 0, len(keys))
-			outer:
-				for _, k := range keys {
-					for _, o := range out {
-						if o == k {
-							continue outer
-						}
-					}
-					out = append(out, k)
-				}
-				return out
-			}
-		}
-	}
-	return keys
-}
-
-// take asks the store, then the fallback, for a decision. failed reports
-// that neither could decide: the Decision is then the failure mode's and
-// err says why. When the fallback decides, err is nil, as in Result.Err:
-// the store's error has gone to the error hook and the log.
-func (l *Limiter) take(parent context.Context, r *http.Request, p *Policy, keys []string, cost int64) (d Decision, failed bool, err error) {
-	req := Request{Policy: p, Keys: keys, Cost: cost}
-	if ok, probe := l.breaker.Allow(l.sinceEpoch); ok {
-		d, err = l.call(parent, r, l.store, "store", req)
-		if errors.Is(err, ErrInvalidRequest) {
-			// A bug of the caller's, not an outage: no circuit, no fallback.
-			l.breaker.Forget(probe)
-			return l.failed(err)
-		}
-		if err == nil || parent.Err() == nil { // a client that went away says nothing of the store
-			if l.breaker.Record(l.sinceEpoch, err == nil, probe) {
-				l.logger.LogAttrs(parent, slog.LevelWarn, "ratelimit: store circuit opened: skipping the store after repeated failures",
-					slog.String("policy", p.Name()), slog.Duration("cooldown", time.Duration(l.breaker.Cooldown)))
-			}
-		} else {
-			l.breaker.Forget(probe)
-		}
-		if err == nil {
-			return d, false, nil
-		}
-	} else {
-		err = circuitErr(l.breaker.Cooldown)
-		if l.errHook != nil {
-			l.errHook(r, err)
-		}
-	}
-	if l.fallback != nil && parent.Err() == nil {
-		fd, ferr := l.call(parent, r, l.fallback, "fallback store", req)
-		if ferr == nil {
-			return fd, false, nil
-		}
-		err = errors.Join(err, ferr)
-	}
-	return l.failed(err)
-}
-
-// failed returns the failure mode's decision for err.
-func (l *Limiter) failed(err error) (Decision, bool, error) {
-	if l.mode == FailClosed {
-		return Decision{RetryAfter: failClosedRetryAfter}, true, err
-	}
-	return Decision{Allowed: true}, true, err
-}
-
-// call asks s within the timeout. On failure it returns the error with its
-// context, after the error hook and the log have seen it.
-func (l *Limiter) call(parent context.Context, r *http.Request, s Store, which string, req Request) (Decision, error) {
-	ctx := parent
-	if _, local := s.(Local); !local {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(parent, l.timeout)
-		defer cancel()
-	}
-	d, err := s.Take(ctx, req)
-	var expired error
-	if err != nil {
-		expired = ctx.Err()
-	} else if err = checkDecision(d, req); err != nil {
-		d = Decision{}
-	}
-	if err == nil {
-		return d, nil
-	}
-	gone := parent.Err()
-	switch {
-	case gone != nil:
-		err = wrap(which+": request context done", err, gone)
-	case expired != nil:
-		err = wrap(which+": no answer within "+l.timeout.String(), err, expired)
-	default:
-		err = fmt.Errorf("ratelimit: %s: %w", which, err)
-	}
-	if l.errHook != nil {
-		l.errHook(r, err)
-	}
-	l.log(parent, gone != nil, which, req.Policy, err)
-	return Decision{}, err
-}
-
-// wrap returns err with context, wrapping cause too unless err already does.
-func wrap(msg string, err, cause error) error {
-	if errors.Is(err, cause) {
-		return fmt.Errorf("ratelimit: %s: %w", msg, err)
-	}
-	return fmt.Errorf("ratelimit: %s: %w (%w)", msg, err, cause)
-}
-
-// checkDecision reports a Decision that points outside its Request, so a
-// faulty store cannot make the headers index out of range.
-func checkDecision(d Decision, req Request) error {
-	n := req.Policy.NumLimits()
-	if d.Limit < 0 || d.Limit >= n || d.Key < 0 || d.Key >= len(req.Keys) || len(d.Limits) != 0 && len(d.Limits) != n {
-		return fmt.Errorf("invalid decision: limit %d, key %d, %d limit states for %d limits and %d keys",
-			d.Limit, d.Key, len(d.Limits), n, len(req.Keys))
-	}
-	return nil
-}
-
-// log logs a store error: at level Debug when the caller went away, else
-// at level Error, at most once per logEvery, counting the ones it skips.
-func (l *Limiter) log(ctx context.Context, gone bool, which string, p *Policy, err error) {
-	if gone {
-		l.logger.LogAttrs(ctx, slog.LevelDebug, "ratelimit: store call abandoned, request context done",
-			slog.String("store", which), slog.String("policy", p.Name()), slog.Any("error", err))
-		return
-	}
-	now := int64(l.now().Sub(l.epoch))
-	last := l.lastLog.Load()
-	if now-last < int64(logEvery) || !l.lastLog.CompareAndSwap(last, now) {
-		l.suppressed.Add(1)
-		return
-	}
-	l.logger.LogAttrs(ctx, slog.LevelError, "ratelimit: store failed",
-		slog.String("store", which), slog.String("policy", p.Name()),
-		slog.String("failure_mode", l.mode.String()), slog.Bool("fallback", l.fallback != nil),
-		slog.Any("error", err), slog.Int64("suppressed", l.suppressed.Swap(0)))
 }

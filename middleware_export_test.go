@@ -1,7 +1,14 @@
 package ratelimit
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetLogClock replaces the clock of the log throttle of l and restarts the
 // throttle, so tests can step through it without sleeping.
 func SetLogClock(l *Limiter, now func() time.Time) { l.setClock(now) }
+
+// SetSleep replaces how l waits (WithMaxDelay, Wait): tests make it move a
+// simulated clock instead of sleeping.
+func SetSleep(l *Limiter, sleep func(ctx context.Context, d time.Duration) error) { l.sleep = sleep }

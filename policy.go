@@ -109,41 +109,48 @@ const (
 	CounterApprox
 )
 
-// Bounds enforced by NewPolicy and ParsePolicy. They keep every number the
+// Bounds enforced by NewPolicy and ParsePolicy keep every number the
 // stores compute (in microseconds) exactly representable in the 53-bit
 // integers of Redis Lua, and every policy small enough for one Redis hash.
-const (
-	// MaxRate is the largest Rate (and Burst) a Limit may have.
-	MaxRate = 1_000_000_000
-	// MinPeriod is the shortest Period a Limit may have.
-	MinPeriod = time.Millisecond
-	// MaxPeriod is the longest Period a Limit may have (366 days).
-	MaxPeriod = 366 * 24 * time.Hour
-	// MaxPrecision is the largest number of sliding-window sub-buckets per limit.
-	MaxPrecision = 120
-	// MaxLimits is the largest number of limits in one Policy.
-	MaxLimits = 8
-	// DefaultPrecision is the number of sub-buckets of a SlidingWindow limit
-	// that is not counted exactly (Rate above ExactRateMax) and has no
-	// Precision set. Ten bound the extra wait of requests spread inside a
-	// sub-bucket to a tenth of the period, while the three-limit policy
-	// "10/s, 120/m, 240/h" costs well under 1 KB of Redis memory per
-	// identity (see README).
-	DefaultPrecision = 10
-	// ExactRateMax is the largest Rate a SlidingWindow limit with Precision
-	// 0 counts exactly, by a log of its last Rate units (16 bytes each in
-	// Redis).
-	ExactRateMax = 32
-	// MaxLogRate is the largest Rate of a SlidingLog limit: its log takes
-	// 16 bytes of Redis memory per unit of Rate.
-	MaxLogRate = 1000
-	// MaxSpan bounds how far ahead of now a store may have to remember a
-	// time: a token bucket's Burst × emission interval, a penalty
-	// (BlockFor) and a reservation (Limiter.Wait) each stay within it, so
-	// that every stored time stays below 2^53 µs (exact in Redis Lua) for
-	// the next two centuries.
-	MaxSpan = time.Duration(1<<50) * time.Microsecond
-)
+
+// MaxRate is the largest Rate (and Burst) a Limit may have.
+const MaxRate = 1_000_000_000
+
+// MinPeriod is the shortest Period a Limit may have.
+const MinPeriod = time.Millisecond
+
+// MaxPeriod is the longest Period a Limit may have (366 days).
+const MaxPeriod = 366 * 24 * time.Hour
+
+// MaxPrecision is the largest number of sliding-window sub-buckets per limit.
+const MaxPrecision = 120
+
+// MaxLimits is the largest number of limits in one Policy.
+const MaxLimits = 8
+
+// DefaultPrecision is the number of sub-buckets of a SlidingWindow limit
+// that is not counted exactly (Rate above ExactRateMax) and has no
+// Precision set. Ten bound the extra wait of requests spread inside a
+// sub-bucket to a tenth of the period, while the three-limit policy
+// "10/s, 120/m, 240/h" costs well under 1 KB of Redis memory per
+// identity (see README).
+const DefaultPrecision = 10
+
+// ExactRateMax is the largest Rate a SlidingWindow limit with Precision
+// 0 counts exactly, by a log of its last Rate units (16 bytes each in
+// Redis).
+const ExactRateMax = 32
+
+// MaxLogRate is the largest Rate of a SlidingLog limit: its log takes
+// 16 bytes of Redis memory per unit of Rate.
+const MaxLogRate = 1000
+
+// MaxSpan bounds how far ahead of now a store may have to remember a
+// time: a token bucket's Burst × emission interval, a penalty
+// (BlockFor) and a reservation (Limiter.Wait) each stay within it, so
+// that every stored time stays below 2^53 µs (exact in Redis Lua) for
+// the next two centuries.
+const MaxSpan = time.Duration(1<<50) * time.Microsecond
 
 // Limit is one rule of a Policy: at most Rate units of cost per Period.
 type Limit struct {

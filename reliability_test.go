@@ -247,6 +247,7 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 				lim := relLimiter(t, client, load, timeout, &errs, opts...)
 				h := lim.Handler(relOK)
 				guard := mode.budget + relHangSlack
+				relWarm(t, client, load, strict)
 
 				var (
 					phase      atomic.Int32
@@ -706,4 +707,23 @@ func relLimiter(t *testing.T, client redis.UniversalClient, p *ratelimit.Policy,
 		t.Fatal(err)
 	}
 	return lim
+}
+
+// relWarm loads the policies' scripts into Redis (the first call of a
+// policy on a server sends the whole script), with a generous deadline, so
+// that a loaded machine does not make the healthy phase's first calls miss
+// a short timeout.
+func relWarm(t *testing.T, client redis.UniversalClient, ps ...*ratelimit.Policy) {
+	t.Helper()
+	st, err := store.NewRedis(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, p := range ps {
+		if _, err := st.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"warm-up"}}); err != nil {
+			t.Fatalf("warming up %s: %v", p.Name(), err)
+		}
+	}
 }

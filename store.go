@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -123,7 +124,8 @@ type receipt struct {
 // NewReceipt returns the Receipt of a charge of cost, under p, for keys
 // (which it keeps: do not modify them). marks are the store's own record of
 // the charge, read back by Marks; the memory and Redis stores keep, per
-// key, the time of the charge then one number per limit.
+// key, the time of the charge, the key's refund count then, and one number
+// per limit.
 func NewReceipt(p *Policy, keys []string, cost int64, marks []int64) Receipt {
 	return Receipt{&receipt{policy: p, keys: keys, cost: cost, marks: marks}}
 }
@@ -249,4 +251,31 @@ type Local interface {
 	Store
 	// Local is a marker; it does nothing.
 	Local()
+}
+
+// CheckDecision reports a Decision that points outside its Request (a
+// limit or key index out of range, limit states of another policy, a
+// negative delay or grant, a grant above the cost), so that a faulty store
+// cannot make the headers index out of range. The Limiter checks every
+// store's answer with it; wrappers of stores (store.DenyCache) check the
+// store they wrap.
+func CheckDecision(d Decision, req Request) error {
+	if req.Policy == nil {
+		return errors.New("invalid decision: the request has no policy")
+	}
+	n := req.Policy.NumLimits()
+	if d.Limit < 0 || d.Limit >= n || d.Key < 0 || d.Key >= len(req.Keys) || len(d.Limits) != 0 && len(d.Limits) != n {
+		return fmt.Errorf("invalid decision: limit %d, key %d, %d limit states for %d limits and %d keys",
+			d.Limit, d.Key, len(d.Limits), n, len(req.Keys))
+	}
+	for i, s := range d.Limits {
+		if s.Key < 0 || s.Key >= len(req.Keys) {
+			return fmt.Errorf("invalid decision: limit %d names key %d of %d", i, s.Key, len(req.Keys))
+		}
+	}
+	// A repeated ID reports its first request's grant, whatever this one's cost.
+	if d.Delay < 0 || d.Granted < 0 || d.Granted > max(req.Cost, 0) && !d.Repeated {
+		return fmt.Errorf("invalid decision: delay %s, granted %d of cost %d", d.Delay, d.Granted, req.Cost)
+	}
+	return nil
 }

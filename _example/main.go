@@ -8,7 +8,13 @@
 //	GET /api/hello          10/s, 120/m, 240/h per client IP, and per X-API-Key when sent
 //	GET /api/search?pages=N 30/m per client IP; costs N, a whole number from 1 to 10
 //	                        (default 1); any other value is a 400 problem document
+//	POST /login             form fields user and password (demo: alice / wonderland);
+//	                        only failed attempts count: 5/15m per IP and user name
+//	                        together (then blocked 1h), 20/15m per IP, 100/h per
+//	                        user name; a successful login resets its IP and user name
 //	GET /healthz            not limited
+//	GET /metrics            the limiters' decisions by policy and outcome, store errors,
+//	                        circuit state (Prometheus text format); not limited
 //
 // At startup it checks that Redis answers (store.Redis.Ping) and logs the
 // server, or why it does not answer: then each copy limits on its own
@@ -19,6 +25,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,14 +84,17 @@ func run() error {
 	// Fall back to an in-process store if Redis fails, so limits still hold
 	// per server during an outage.
 	fallback := ratelimit.WithFallback(store.NewMemory())
+	// Every limiter reports to one observer, served on /metrics.
+	m := newMetrics()
+	observe := ratelimit.WithObserver(m)
 
 	hello, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("hello")),
-		ratelimit.WithIdentifiers(byIP, byKey), fallback)
+		ratelimit.WithIdentifiers(byIP, byKey), fallback, observe)
 	if err != nil {
 		return err
 	}
 	search, err := ratelimit.New(st, ratelimit.MustParsePolicy("30/m", ratelimit.Named("search")),
-		ratelimit.WithIdentifiers(byIP), fallback,
+		ratelimit.WithIdentifiers(byIP), fallback, observe,
 		ratelimit.WithCostFunc(func(r *http.Request) int64 {
 			if pages, ok := r.Context().Value(pagesKey{}).(int64); ok {
 				return pages // checked by pagesParam
@@ -95,8 +105,15 @@ func run() error {
 		return err
 	}
 
+	login, err := loginLimiters(st, byIP.(*ratelimit.IPIdentifier), fallback, observe)
+	if err != nil {
+		return err
+	}
+
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	r.Handle("/metrics", m)
+	r.With(login.ip.Handler, login.user.Handler, login.pair.Handler).Post("/login", login.serve)
 	r.Route("/api", func(r chi.Router) {
 		r.With(hello.Handler).Get("/hello", func(w http.ResponseWriter, r *http.Request) {
 			res, _ := ratelimit.FromContext(r.Context())
@@ -123,6 +140,71 @@ func run() error {
 		return err
 	}
 	return nil
+}
+
+// loginGuard holds the three Limiters of POST /login, stacked: each counts
+// failed attempts only (a success is refunded to all three), each for its
+// own identity, with its own policy.
+type loginGuard struct {
+	ip   *ratelimit.Limiter // per client IP: 20 failures per 15 minutes
+	user *ratelimit.Limiter // per user name, across all IPs: 100 failures per hour, no block
+	pair *ratelimit.Limiter // per IP and user name together: 5 per 15 minutes, then blocked for an hour
+	byIP *ratelimit.IPIdentifier
+}
+
+// onlyFailures refunds every request that did not fail.
+var onlyFailures = ratelimit.WithRefundIf(func(_ *http.Request, status int) bool { return status < 400 })
+
+func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, fallback, observe ratelimit.Option) (*loginGuard, error) {
+	g := &loginGuard{byIP: byIP}
+	userName := ratelimit.ByUser(func(r *http.Request) (string, bool) {
+		u := r.PostFormValue("user")
+		return u, u != "" && len(u) <= 256
+	})
+	pairID := ratelimit.IdentifierFunc(g.pairKey)
+	var err error
+	if g.ip, err = ratelimit.New(st, ratelimit.MustParsePolicy("20/15m", ratelimit.Named("login-ip")),
+		ratelimit.WithIdentifiers(byIP), onlyFailures, fallback, observe); err != nil {
+		return nil, err
+	}
+	// No block per user name alone: anyone could lock the owner out of the
+	// account by failing on purpose. The slow limit only stops a
+	// distributed guessing of one account's password.
+	if g.user, err = ratelimit.New(st, ratelimit.MustParsePolicy("100/h", ratelimit.Named("login-user")),
+		ratelimit.WithIdentifiers(userName), onlyFailures, fallback, observe); err != nil {
+		return nil, err
+	}
+	if g.pair, err = ratelimit.New(st, ratelimit.MustParsePolicy("5/15m", ratelimit.Named("login-pair"), ratelimit.BlockFor(time.Hour)),
+		ratelimit.WithIdentifiers(pairID), onlyFailures, fallback, observe); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// pairKey is the key of a client IP and a user name together.
+func (g *loginGuard) pairKey(r *http.Request) (string, bool) {
+	u := r.PostFormValue("user")
+	ip, ok := g.byIP.ClientIP(r)
+	if u == "" || len(u) > 256 || !ok {
+		return "", false
+	}
+	return "pair:" + ip.String() + "/" + u, true
+}
+
+// serve checks the demo user's password: 401 when wrong, 200 when right.
+// A success resets the IP and user name's failures (and lifts their block).
+func (g *loginGuard) serve(w http.ResponseWriter, r *http.Request) {
+	user, password := r.PostFormValue("user"), r.PostFormValue("password")
+	if subtle.ConstantTimeCompare([]byte(user), []byte("alice"))&subtle.ConstantTimeCompare([]byte(password), []byte("wonderland")) != 1 {
+		http.Error(w, "wrong user name or password", http.StatusUnauthorized)
+		return
+	}
+	if key, ok := g.pairKey(r); ok {
+		if err := g.pair.Reset(r.Context(), key); err != nil {
+			slog.Warn("login: reset failed", "err", err) // the failures expire by themselves
+		}
+	}
+	fmt.Fprintf(w, "welcome, %s\n", user)
 }
 
 // Bounds of ?pages=N on /api/search.

@@ -2,11 +2,12 @@
 -- below zero and never another charge's units. Mirrors store/algorithm.go
 -- (refund). Preceded by counters.lua.
 -- KEYS: the identities charged. ARGV: now (µs; 0 = read Redis TIME), cost,
--- NL, 7 numbers per limit, then per key: the time of the charge and one
--- mark per limit (the token bucket's TAT right after the charge).
+-- NL, 7 numbers per limit, then per key: the time of the charge, the key's
+-- refund count then, and one mark per limit (the token bucket's TAT right
+-- after the charge).
 local tonumber, floor, ceil, fmt = tonumber, math.floor, math.ceil, string.format
 
-local function refund(s, key, j, now, at, c, tat, out, o)
+local function refund(s, key, j, now, at, c, tat, samegen, out, o)
   local kind, w, off = P[j + 1], P[j + 3], P[j + 6]
   if kind == 0 then
     local n1 = P[j + 4] + 1
@@ -26,13 +27,15 @@ local function refund(s, key, j, now, at, c, tat, out, o)
       if v < 0 then v = 0 end
       out[o], out[o + 1], o = off + 1, v, o + 2
     end
-  elseif kind == 3 then
+  elseif kind == 3 and samegen then
     local last = s.r
     if s[1] > last then last = s[1] end
     local r = tat - last
     if r < 0 then r = 0 end
     if r > c * w then r = c * w end
     out[o], out[o + 1], o = off, fmt('%d', s[off] - r), o + 2
+  elseif kind == 3 then
+    -- another refund came between: the bound does not hold; give nothing
   elseif kind == 4 then
     local k = floor(at / w)
     if s[off] == k or s[off] == k + 1 then
@@ -91,8 +94,8 @@ end
 local done = 0
 for k = 1, #KEYS do
   local key = KEYS[k]
-  local m = base + (k - 1) * (1 + NL)
-  local at = tonumber(ARGV[m + 1])
+  local m = base + (k - 1) * (2 + NL)
+  local at, gen = tonumber(ARGV[m + 1]), tonumber(ARGV[m + 2])
   local raw = redis.pcall('HGETALL', key)
   if not raw.err and #raw > 0 then
     local s = {}
@@ -101,18 +104,17 @@ for k = 1, #KEYS do
       local fn = tonumber(f)
       if fn and chunk[fn] then s[fn] = v elseif fn then s[fn] = tonumber(v) else s[f] = tonumber(v) end
     end
-    s[1], s.r = s[1] or 0, s.r or 0
+    s[1], s.r, s.g = s[1] or 0, s.r or 0, s.g or 0
     for j = 0, 7 * (NL - 1), 7 do
       local kind, off, n = P[j + 1], P[j + 6], 0
       if kind == 0 then n = 2 * (P[j + 4] + 1) elseif kind == 2 then n = 1 elseif kind == 4 then n = 2 end
       for f = off, off + n do s[f] = s[f] or 0 end
     end
     local w, o = {}, 1
-    for i = 0, NL - 1 do o = refund(s, key, 7 * i, now, at, cost, tonumber(ARGV[m + 2 + i]), w, o) end
-    if o > 1 then
-      redis.call('HSET', key, unpack(w))
-      done = done + 1
-    end
+    for i = 0, NL - 1 do o = refund(s, key, 7 * i, now, at, cost, tonumber(ARGV[m + 3 + i]), s.g == gen, w, o) end
+    w[o], w[o + 1] = 'g', s.g + 1
+    redis.call('HSET', key, unpack(w))
+    if o > 1 then done = done + 1 end
   end
 end
 return done

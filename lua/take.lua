@@ -10,8 +10,9 @@
 -- IDTTL (µs), RES ('1' when every limit can reserve), 7 numbers per limit.
 -- Reply: {allowed, now, granted, release, flags (2: a key of another type
 -- was replaced), then per key: kind (0 decided, 1 charged, 2 answered by its
--- ID record, 3 a resend of a charged call), at, then per limit: remaining,
--- reset, retry, mark (the token bucket's TAT after a charge, else 0)}.
+-- ID record, 3 a resend of a charged call), at, the key's refund count, then
+-- per limit: remaining, reset, retry, mark (the token bucket's TAT after a
+-- charge, else 0)}.
 local tonumber, floor, ceil, fmt, sub = tonumber, math.floor, math.ceil, string.format, string.sub
 local MAXREP = 3
 local now = tonumber(ARGV[1])
@@ -41,7 +42,7 @@ for k = 1, nk do
     end
   end
   if not REC[k] then
-    local f, ch, m = {1, 'b', 'l', 'r', 'x', 'd'}, {}, 6
+    local f, ch, m = {1, 'b', 'l', 'r', 'x', 'd', 'g'}, {}, 7
     for j = 0, 7 * (NL - 1), 7 do
       local kind, off = P[j + 1], P[j + 6]
       if kind == 0 then
@@ -72,8 +73,8 @@ for k = 1, nk do
       flags, v = 2, {}
     end
     local s = {}
-    s[1], s.b, s.l, s.r, s.x, s.d = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0, tonumber(v[5]) or 0, v[6]
-    for i = 7, m do
+    s[1], s.b, s.l, s.r, s.x, s.d, s.g = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0, tonumber(v[5]) or 0, v[6], tonumber(v[7]) or 0
+    for i = 8, m do
       if ch[i] then s[f[i]] = v[i] or false else s[f[i]] = tonumber(v[i]) or 0 end
     end
     S[k] = s
@@ -98,11 +99,11 @@ if rid ~= '' then
           local out = {0, now, 0, 0, flags}
           if plain then out[1], out[3] = 1, cost end
           for k = 1, nk do
-            local o = 6 + (k - 1) * (2 + 4 * NL)
+            local o = 6 + (k - 1) * (3 + 4 * NL)
             local s = S[k]
-            out[o], out[o + 1] = 3, 0
+            out[o], out[o + 1], out[o + 2] = 3, 0, 0
             for i = 0, NL - 1 do
-              local j, p = 7 * i, o + 2 + 4 * i
+              local j, p = 7 * i, o + 3 + 4 * i
               out[p], out[p + 1], out[p + 2], out[p + 3] = 0, 0, 0, 0
               if s then
                 local t = now
@@ -217,19 +218,19 @@ if nd == 0 then
 end
 local ttl = TTL * 1000
 for k = 1, nk do
-  local o = 6 + (k - 1) * (2 + 4 * NL)
+  local o = 6 + (k - 1) * (3 + 4 * NL)
   if REC[k] then
     local v = numbers(REC[k])
-    out[o], out[o + 1] = 2, v[2]
+    out[o], out[o + 1], out[o + 2] = 2, v[2], 0
     for i = 0, NL - 1 do
-      local p = o + 2 + 4 * i
+      local p = o + 3 + 4 * i
       out[p], out[p + 1], out[p + 2], out[p + 3] = v[3 + 3 * i], v[4 + 3 * i], v[5 + 3 * i], 0
     end
   else
     local s, key, t0, t = S[k], KEYS[k], T0[k], T[k]
-    out[o], out[o + 1] = 0, t
+    out[o], out[o + 1], out[o + 2] = 0, t, s.g
     for i = 0, NL - 1 do
-      local q, p = (k - 1) * NL + i + 1, o + 2 + 4 * i
+      local q, p = (k - 1) * NL + i + 1, o + 3 + 4 * i
       local rem, reset = report(s, key, 7 * i, t, EU[q], ET[q], EA[q], charged)
       out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[q], 0
     end
@@ -238,7 +239,7 @@ for k = 1, nk do
       for i = 0, NL - 1 do
         local q = (k - 1) * NL + i + 1
         wo = charge(s, key, 7 * i, t, EU[q], ET[q], charged, w, wo)
-        if P[7 * i + 1] == 3 then out[o + 5 + 4 * i] = EU[q] + charged * P[7 * i + 3] end
+        if P[7 * i + 1] == 3 then out[o + 6 + 4 * i] = EU[q] + charged * P[7 * i + 3] end
       end
       w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
       if t > t0 and t > s.r then w[wo], w[wo + 1], wo = 'r', fmt('%d', t), wo + 2 end
@@ -253,7 +254,7 @@ for k = 1, nk do
     -- Penalties: a running one denies and says how long it lasts; a
     -- denial starts one on each key whose limits denied.
     if s.b > t0 then
-      local p = o + 2 + 4 * s.l
+      local p = o + 3 + 4 * s.l
       local left = s.b - t0
       if out[p + 2] >= 0 and out[p + 2] < left then out[p + 2] = left end
       if out[p + 1] < left then out[p + 1] = left end
@@ -261,11 +262,11 @@ for k = 1, nk do
     elseif not allowed and BLOCK > 0 and cost > 0 and not upto then
       local worst
       for i = 0, NL - 1 do
-        local r = out[o + 4 + 4 * i]
-        if r > 0 and (not worst or r > out[o + 4 + 4 * worst]) then worst = i end
+        local r = out[o + 5 + 4 * i]
+        if r > 0 and (not worst or r > out[o + 5 + 4 * worst]) then worst = i end
       end
       if worst then
-        local p = o + 2 + 4 * worst
+        local p = o + 3 + 4 * worst
         if out[p + 2] < BLOCK then out[p + 2] = BLOCK end
         if out[p + 1] < BLOCK then out[p + 1] = BLOCK end
         out[p] = 0
@@ -276,7 +277,7 @@ for k = 1, nk do
     if release == 0 and t0 > now then
       local sk = t0 - now -- the clock stepped back: waits get longer by it
       for i = 0, NL - 1 do
-        local p = o + 2 + 4 * i
+        local p = o + 3 + 4 * i
         if out[p + 2] > 0 then out[p + 2] = out[p + 2] + sk end
         if out[p + 1] > 0 then out[p + 1] = out[p + 1] + sk end
       end
@@ -299,7 +300,7 @@ for k = 1, nk do
     if hasid and charged > 0 and not (RECE[k] and RECE[k] > now) then
       local v = {charged, t}
       for i = 0, NL - 1 do
-        local p = o + 2 + 4 * i
+        local p = o + 3 + 4 * i
         v[3 + 3 * i], v[4 + 3 * i], v[5 + 3 * i] = out[p], out[p + 1], out[p + 2]
       end
       for i = 1, #v do v[i] = fmt('%d', v[i]) end

@@ -23,6 +23,9 @@ import (
 //	fBlockLim the index of the limit the penalty reports
 //	fRelease  the release time of the latest reservation (µs), when it is
 //	          later than fTime (Limiter.Wait), 0 otherwise
+//	fGen      how many refunds the identity has had: a token-bucket refund
+//	          is exact only while no other refund came between its charge
+//	          and itself (see refund)
 //
 // then each limit owns a run of fields starting at its offset:
 //
@@ -45,7 +48,8 @@ const (
 	fBlock    = 1
 	fBlockLim = 2
 	fRelease  = 3
-	fFirst    = 4 // the first limit's first field
+	fGen      = 4
+	fFirst    = 5 // the first limit's first field
 )
 
 // param is one limit's arguments.
@@ -275,8 +279,9 @@ func charge(st []int64, t int64, p *param, e *eval, c int64) {
 
 // refund undoes, as far as it still counts at now, a charge of cost c made
 // at time at on one limit, never below zero and never un-charging another
-// charge's units. tat is the token bucket's TAT right after that charge.
-func refund(st []int64, now, at int64, p *param, c, tat int64) {
+// charge's units. tat is the token bucket's TAT right after that charge,
+// and sameGen reports that no refund came between the charge and this one.
+func refund(st []int64, now, at int64, p *param, c, tat int64, sameGen bool) {
 	switch p.kind {
 	case ratelimit.CounterLog:
 		if at+p.period > now { // else it counts no more: nothing to undo
@@ -296,11 +301,16 @@ func refund(st []int64, now, at int64, p *param, c, tat int64) {
 			st[p.off+1] -= min(c, st[p.off+1])
 		}
 	case ratelimit.CounterToken:
-		// The charge still counts by at least TAT-after-it minus the
-		// release time of the latest charge since (the debt it added can
-		// only have run out between charges), and by at most its own cost.
-		last := max(st[fRelease], st[fTime])
-		st[p.off] -= min(c*p.width, max(tat-last, 0))
+		// While only charges followed it, the charge still counts by at
+		// least TAT-after-it minus the release time of the latest charge
+		// since (the debt it added can only have run out between charges),
+		// and by at most its own cost. Another refund in between may have
+		// lowered the TAT below what that bound assumes: then nothing is
+		// given back (the charge stays, which never over-admits).
+		if sameGen {
+			last := max(st[fRelease], st[fTime])
+			st[p.off] -= min(c*p.width, max(tat-last, 0))
+		}
 	case ratelimit.CounterApprox:
 		switch k := at / p.width; st[p.off] {
 		case k:

@@ -37,7 +37,7 @@ func checkReceipt(r ratelimit.Receipt) (*ratelimit.Policy, []string, []int64, er
 	if err := validateKeys(p, keys); err != nil {
 		return nil, nil, nil, err
 	}
-	if len(marks) != len(keys)*(1+p.NumLimits()) || r.Cost() < 0 {
+	if len(marks) != len(keys)*(2+p.NumLimits()) || r.Cost() < 0 {
 		return nil, nil, nil, fmt.Errorf("ratelimit/store: %w: receipt with %d marks for %d keys and %d limits", ErrInvalidRequest, len(marks), len(keys), p.NumLimits())
 	}
 	return p, keys, marks, nil

@@ -188,8 +188,10 @@ func (c *DenyCache) after(req ratelimit.Request, d ratelimit.Decision, err error
 	if err != nil {
 		return d, err
 	}
-	if err := validDecision(d, req); err != nil {
-		return ratelimit.Decision{}, err
+	if req.Policy != nil {
+		if err := ratelimit.CheckDecision(d, req); err != nil {
+			return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: deny cache: the wrapped store answered an %w", err)
+		}
 	}
 	if (d.Granted > 0 || d.Allowed && req.Cost > 0) && req.Policy != nil {
 		// A charge makes the keys' cached waits too short: forget them.
@@ -199,26 +201,6 @@ func (c *DenyCache) after(req ratelimit.Request, d ratelimit.Decision, err error
 		c.remember(req, d)
 	}
 	return d, nil
-}
-
-// validDecision reports a Decision of the inner store that points outside
-// its Request, so a faulty store cannot make the cache (or the headers)
-// index out of range.
-func validDecision(d ratelimit.Decision, req ratelimit.Request) error {
-	if req.Policy == nil {
-		return nil // the inner store answered a request it should have rejected
-	}
-	n := req.Policy.NumLimits()
-	if d.Limit < 0 || d.Limit >= n || d.Key < 0 || d.Key >= len(req.Keys) || len(d.Limits) != 0 && len(d.Limits) != n {
-		return fmt.Errorf("ratelimit/store: deny cache: invalid decision from the wrapped store: limit %d, key %d, %d limit states for %d limits and %d keys",
-			d.Limit, d.Key, len(d.Limits), n, len(req.Keys))
-	}
-	for i, l := range d.Limits {
-		if l.Key < 0 || l.Key >= len(req.Keys) {
-			return fmt.Errorf("ratelimit/store: deny cache: invalid decision from the wrapped store: limit %d names key %d of %d", i, l.Key, len(req.Keys))
-		}
-	}
-	return nil
 }
 
 // forget drops the cached denials of keys under policy pid.

@@ -103,3 +103,56 @@ func ExampleRedis_Ping() {
 	// at the miniredis's address: true
 	// version reported: false
 }
+
+// TakeUpTo grants what fits, up to the request's cost, and charges that.
+func ExampleMemory_TakeUpTo() {
+	s := store.NewMemory()
+	p := ratelimit.MustParsePolicy("10/m")
+	for i := 0; i < 2; i++ {
+		d, err := s.TakeUpTo(context.Background(), ratelimit.Request{Policy: p, Keys: []string{"batch:a"}, Cost: 7})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(d.Granted, d.Remaining)
+	}
+	// Output:
+	// 7 3
+	// 3 0
+}
+
+// Reserve admits a request that fits within the maximum delay, as of the
+// time it fits: Decision.Delay says how long to wait.
+func ExampleMemory_Reserve() {
+	s := store.NewMemory()
+	p := ratelimit.MustParsePolicy("1/m")
+	for i := 0; i < 3; i++ {
+		d, err := s.Reserve(context.Background(), ratelimit.Request{Policy: p, Keys: []string{"job:a"}, Cost: 1}, 90*time.Second)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(d.Allowed, d.Delay.Round(time.Second))
+	}
+	// Output:
+	// true 0s
+	// true 1m0s
+	// false 0s
+}
+
+// Refund takes back exactly what a charge still counts; Reset forgets a
+// key.
+func ExampleMemory_Refund() {
+	s := store.NewMemory()
+	p := ratelimit.MustParsePolicy("3/h")
+	req := ratelimit.Request{Policy: p, Keys: []string{"user:42"}, Cost: 2}
+	d, _ := s.Take(context.Background(), req)
+	s.Refund(context.Background(), d.Receipt)
+	peek, _ := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: []string{"user:42"}})
+	fmt.Println(peek.Remaining)
+	s.Take(context.Background(), req)
+	s.Reset(context.Background(), p, "user:42")
+	peek, _ = s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: []string{"user:42"}})
+	fmt.Println(peek.Remaining)
+	// Output:
+	// 3
+	// 3
+}

@@ -272,7 +272,7 @@ func (m *Memory) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit
 		}
 		if k.charged {
 			charged = append(charged, req.Keys[ki])
-			marks = append(marks, k.at)
+			marks = append(marks, k.at, k.st[fGen])
 			for i := range lim {
 				marks = append(marks, k.tats[i])
 			}
@@ -430,17 +430,18 @@ func (m *Memory) Refund(ctx context.Context, r ratelimit.Receipt) error {
 	unlock := m.lockKeys(keys, &shards)
 	defer unlock()
 	now := m.now().UnixMicro()
-	stride := 1 + len(lim)
+	stride := 2 + len(lim)
 	for ki, k := range keys {
 		sh := &m.shards[shards[ki]]
 		e, ok := sh.m[m.memKey(p.ID(), k)]
 		if !ok || e.expires <= now || len(e.f) != nf {
 			continue // nothing of the charge counts any more
 		}
-		at := marks[ki*stride]
+		at, gen := marks[ki*stride], marks[ki*stride+1]
 		for i := range lim {
-			refund(e.f, now, at, &lim[i], r.Cost(), marks[ki*stride+1+i])
+			refund(e.f, now, at, &lim[i], r.Cost(), marks[ki*stride+2+i], e.f[fGen] == gen)
 		}
+		e.f[fGen]++
 	}
 	return nil
 }

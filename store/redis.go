@@ -61,14 +61,15 @@ var (
 // Redis ≥ 5 is required (scripts replicated by effects). A Redis is safe
 // to share with other data: keys are namespaced by the prefix.
 type Redis struct {
-	client     redis.UniversalClient
-	cluster    bool
-	ctxHonored bool // the client enforces context deadlines itself
-	prefix     string
-	now        func() time.Time // tests only: replaces Redis TIME
-	ttlExtra   time.Duration    // tests only: added to every key's TTL
-	batch      *batcher         // nil: one call per Take
-	refunds    sync.WaitGroup   // Cluster refunds running in the background
+	client      redis.UniversalClient
+	cluster     bool
+	ctxHonored  bool // the client enforces context deadlines itself
+	prefix      string
+	now         func() time.Time // tests only: replaces Redis TIME
+	ttlExtra    time.Duration    // tests only: added to every key's TTL
+	noResendIDs bool             // tests only: calls carry no resend ID
+	batch       *batcher         // nil: one call per Take
+	refunds     sync.WaitGroup   // Cluster refunds running in the background
 
 	nodes        sync.Map // Cluster master address → *nodeCircuit
 	nodeFailures int
@@ -219,7 +220,10 @@ func (r *Redis) do(ctx context.Context, req ratelimit.Request, o op) (_ ratelimi
 // resendID returns a fresh 8-character ID for one script call: a script
 // whose reply was lost and that go-redis sends again finds it among the
 // last charges of its key and charges nothing twice.
-func resendID() string {
+func (r *Redis) resendID() string {
+	if r.noResendIDs {
+		return ""
+	}
 	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_"
 	v := rand.Uint64()
 	var b [8]byte
@@ -274,7 +278,7 @@ func (r *Redis) take(ctx context.Context, req ratelimit.Request, o op) (ratelimi
 	}
 
 	if !r.cluster || len(keys) == 1 {
-		args := prep.callArgs(now, o, resendID(), idKeys != nil)
+		args := prep.callArgs(now, o, r.resendID(), idKeys != nil)
 		all := append(keys, idKeys...)
 		var reply []int64
 		var err error
@@ -298,7 +302,7 @@ func (r *Redis) take(ctx context.Context, req ratelimit.Request, o op) (ratelimi
 }
 
 // Reply layout of the take script: a header, then per key a kind, the time
-// of its charge, and 4 numbers per limit.
+// of its charge, its refund count, and 4 numbers per limit.
 const (
 	rAllowed = 0
 	rNow     = 1
@@ -316,7 +320,7 @@ const (
 )
 
 func checkReply(reply []int64, nkeys, nlim int) error {
-	if want := rHeader + nkeys*(2+4*nlim); len(reply) != want || reply[rAllowed] != 0 && reply[rAllowed] != 1 {
+	if want := rHeader + nkeys*(3+4*nlim); len(reply) != want || reply[rAllowed] != 0 && reply[rAllowed] != 1 {
 		return fmt.Errorf("ratelimit/store: redis: unexpected script reply of %d values, want %d", len(reply), want)
 	}
 	return nil
@@ -336,14 +340,14 @@ func decide(req ratelimit.Request, replies [][]int64, nl int) ratelimit.Decision
 		if rep[rAllowed] == 0 {
 			allowed = false
 		}
-		n := (len(rep) - rHeader) / (2 + 4*nl)
+		n := (len(rep) - rHeader) / (3 + 4*nl)
 		for k := 0; k < n; k, ki = k+1, ki+1 {
-			part := rep[rHeader+k*(2+4*nl):]
+			part := rep[rHeader+k*(3+4*nl):]
 			if ki == 0 {
 				first = part
 			}
 			for i := 0; i < nl; i++ {
-				p := part[2+4*i:]
+				p := part[3+4*i:]
 				fold(&d, i, ki, status{rem: p[0], reset: p[1], retry: p[2]}, ki == 0)
 			}
 			if part[0] != kindRecorded {
@@ -351,9 +355,9 @@ func decide(req ratelimit.Request, replies [][]int64, nl int) ratelimit.Decision
 			}
 			if part[0] == kindCharged {
 				charged = append(charged, req.Keys[ki])
-				marks = append(marks, part[1])
+				marks = append(marks, part[1], part[2])
 				for i := 0; i < nl; i++ {
-					marks = append(marks, part[2+4*i+3])
+					marks = append(marks, part[3+4*i+3])
 				}
 			}
 		}
@@ -393,7 +397,7 @@ func (r *Redis) takeCluster(ctx context.Context, req ratelimit.Request, o op, pr
 		pctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)*3/4))
 		defer cancel()
 	}
-	rid := resendID()
+	rid := r.resendID()
 	answers := make(chan keyAnswer, len(keys))
 	for i := range keys {
 		go func(i int) {
@@ -458,19 +462,19 @@ collect:
 		if back <= 0 {
 			continue
 		}
-		m := make([]int64, 0, 1+nl)
-		m = append(m, part[1])
+		m := make([]int64, 0, 2+nl)
+		m = append(m, part[1], part[2])
 		for i := 0; i < nl; i++ {
-			m = append(m, part[2+4*i+3])
+			m = append(m, part[3+4*i+3])
 		}
 		refunds.add(keys[ki], back, slices.Clone(m))
 		// Report this key as if it had not been charged what comes back;
 		// its receipt's TATs are those after the grant alone.
 		_, widths, _, _ := req.Policy.Compiled()
 		for i := 0; i < nl; i++ {
-			part[2+4*i] += back
+			part[3+4*i] += back
 			if req.Policy.Counter(i) == ratelimit.CounterToken {
-				part[2+4*i+3] -= back * widths[i]
+				part[3+4*i+3] -= back * widths[i]
 			}
 		}
 		if !allowed {
@@ -557,9 +561,9 @@ func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, o o
 		select {
 		case a := <-answers:
 			if a.err == nil && a.rep[rHeader] == kindCharged && a.rep[rGranted] > 0 {
-				m := []int64{a.rep[rHeader+1]}
+				m := []int64{a.rep[rHeader+1], a.rep[rHeader+2]}
 				for i := 0; i < nl; i++ {
-					m = append(m, a.rep[rHeader+2+4*i+3])
+					m = append(m, a.rep[rHeader+3+4*i+3])
 				}
 				f.add(keys[a.i], a.rep[rGranted], m)
 			}
@@ -578,7 +582,7 @@ func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, o o
 // policy, then the marks of each key.
 func refundArgs(now int64, p *ratelimit.Policy, cost int64, marks ...[]int64) []any {
 	lp := luaParams(p)
-	args := make([]any, 0, 3+len(lp)+len(marks)*(1+p.NumLimits()))
+	args := make([]any, 0, 3+len(lp)+len(marks)*(2+p.NumLimits()))
 	args = append(args, now, cost, p.NumLimits())
 	for _, v := range lp {
 		args = append(args, v)
@@ -631,7 +635,7 @@ func (r *Redis) Refund(ctx context.Context, rc ratelimit.Receipt) error {
 	if err != nil || p == nil {
 		return err
 	}
-	stride := 1 + p.NumLimits()
+	stride := 2 + p.NumLimits()
 	rk := make([]string, len(keys))
 	per := make([][]int64, len(keys))
 	for i, k := range keys {

@@ -46,13 +46,22 @@ func (b *Breaker) Allow(now func() int64) (ok, probe bool) {
 	return false, false
 }
 
+// Change is what a recorded outcome did to the circuit.
+type Change uint8
+
+const (
+	Unchanged Change = iota
+	Opened           // this failure opened the circuit
+	Closed           // this success closed an open circuit (a probe, or a call that began before it opened)
+)
+
 // Record notes the outcome of a call that Allow let through (probe as Allow
-// said). It reports whether this call opened the circuit. A success reads
-// no clock: "no success within the cooldown" is "the current run of
+// said), and reports whether it opened or closed the circuit. A success
+// reads no clock: "no success within the cooldown" is "the current run of
 // failures began at least a cooldown ago", since any success ends the run.
-func (b *Breaker) Record(now func() int64, ok, probe bool) (opened bool) {
+func (b *Breaker) Record(now func() int64, ok, probe bool) Change {
 	if b.Threshold == 0 {
-		return false
+		return Unchanged
 	}
 	if ok {
 		if b.failures.Load() != 0 {
@@ -61,13 +70,17 @@ func (b *Breaker) Record(now func() int64, ok, probe bool) (opened bool) {
 		if !b.everOK.Load() {
 			b.everOK.Store(true)
 		}
-		if b.openUntil.Load() != 0 {
-			b.openUntil.Store(0)
+		closed := false
+		if until := b.openUntil.Load(); until != 0 {
+			closed = b.openUntil.CompareAndSwap(until, 0)
 		}
 		if probe {
 			b.probing.Store(false)
 		}
-		return false
+		if closed {
+			return Closed
+		}
+		return Unchanged
 	}
 	t := now()
 	n := b.failures.Add(1)
@@ -77,13 +90,13 @@ func (b *Breaker) Record(now func() int64, ok, probe bool) (opened bool) {
 	if probe {
 		b.openUntil.Store(t + b.Cooldown)
 		b.probing.Store(false)
-		return false
+		return Unchanged
 	}
 	quiet := !b.Quiet || !b.everOK.Load() || t-b.streak.Load() >= b.Cooldown
-	if n >= b.Threshold && quiet && b.openUntil.Load() == 0 {
-		return b.openUntil.CompareAndSwap(0, t+b.Cooldown)
+	if n >= b.Threshold && quiet && b.openUntil.Load() == 0 && b.openUntil.CompareAndSwap(0, t+b.Cooldown) {
+		return Opened
 	}
-	return false
+	return Unchanged
 }
 
 // Forget notes a call whose outcome says nothing of the callee (cancelled

@@ -1,9 +1,11 @@
 // Package redistest starts real redis-server processes for tests: a single
-// server (StartServer) or a small Redis Cluster of masters (StartCluster).
+// server (StartServer), a small Redis Cluster of masters (StartCluster), or
+// a master with a replica watched by three sentinels (StartSentinel).
 //
 // Every server listens on 127.0.0.1 only, on a free port, keeps no data on
-// disk (save "" and appendonly no, working directory in t.TempDir()), and is
-// killed by t.Cleanup. On Linux the kernel also kills it if the test binary
+// disk (save "" and appendonly no, working directory in t.TempDir()) unless
+// its arguments turn persistence on (see RestartKeepData), and is killed by
+// t.Cleanup. On Linux the kernel also kills it if the test binary
 // dies without running its cleanups (Pdeathsig).
 //
 // When redis-server is not in PATH the helpers skip the test, unless Require
@@ -81,6 +83,7 @@ type Server struct {
 	args []string // extra arguments, after the defaults
 	bus  bool     // cluster node: port+10000 is reserved as well
 	base string   // per-server temporary directory; one subdirectory per run
+	conf string   // if not empty: written to redis.conf in the run's directory, passed first (sentinels)
 
 	mu   sync.Mutex
 	proc *proc // the current process; nil before the first start
@@ -102,9 +105,16 @@ func StartServer(t testing.TB, extraArgs ...string) *Server {
 // turns out to be taken, and registers its cleanup.
 func startNode(t testing.TB, bin string, bus bool, args []string) *Server {
 	t.Helper()
-	s := &Server{bin: bin, args: args, bus: bus, base: t.TempDir()}
+	return startConfigured(t, &Server{bin: bin, args: args, bus: bus})
+}
+
+// startConfigured starts s (bin, args, bus and conf set; Addr, base and
+// proc not yet), as startNode does.
+func startConfigured(t testing.TB, s *Server) *Server {
+	t.Helper()
+	s.base = t.TempDir()
 	for attempt := 1; ; attempt++ {
-		port, err := reservePort(bus)
+		port, err := reservePort(s.bus)
 		if err != nil {
 			t.Fatalf("%v", err)
 		}
@@ -116,12 +126,12 @@ func startNode(t testing.TB, bin string, bus bool, args []string) *Server {
 				if err := s.stop(); err != nil {
 					t.Errorf("redistest: stop redis-server %s: %v", s.Addr, err)
 				}
-				releasePort(port, bus)
+				releasePort(port, s.bus)
 			})
 			t.Logf("redistest: redis-server listening on %s (log %s)", s.Addr, p.logPath)
 			return s
 		}
-		releasePort(port, bus)
+		releasePort(port, s.bus)
 		if errors.Is(err, errPortInUse) && attempt < startAttempts {
 			t.Logf("redistest: %s was taken, trying another port: %v", s.Addr, err)
 			continue
@@ -155,10 +165,23 @@ func (s *Server) Kill(t testing.TB) {
 // (their next command may fail with a connection error).
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
+	s.restart(t, "")
+}
+
+// restart kills the server and starts it again on the same address: in a
+// fresh directory when dir is empty, in dir otherwise.
+func (s *Server) restart(t testing.TB, dir string) {
+	t.Helper()
 	s.Kill(t)
 	deadline := time.Now().Add(restartTimeout)
 	for {
-		p, err := s.launch()
+		var p *proc
+		var err error
+		if dir == "" {
+			p, err = s.launch()
+		} else {
+			p, err = s.launchIn(dir)
+		}
 		if err == nil {
 			s.mu.Lock()
 			s.proc = p
@@ -217,8 +240,22 @@ func (s *Server) launch() (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.launchIn(dir)
+}
+
+// launchIn starts a new process on s.Addr with dir as its working and data
+// directory, and waits until it answers, as launch does.
+func (s *Server) launchIn(dir string) (*proc, error) {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	args := []string{
+	var args []string
+	if s.conf != "" {
+		path := filepath.Join(dir, "redis.conf")
+		if err := os.WriteFile(path, []byte(s.conf), 0o600); err != nil {
+			return nil, err
+		}
+		args = append(args, path) // a configuration file must be the first argument
+	}
+	args = append(args,
 		"--port", port,
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -226,7 +263,7 @@ func (s *Server) launch() (*proc, error) {
 		"--daemonize", "no",
 		"--dir", dir,
 		"--logfile", filepath.Join(dir, "redis.log"),
-	}
+	)
 	p, err := startProc(s.bin, dir, append(args, s.args...))
 	if err != nil {
 		return nil, err

@@ -1,0 +1,14 @@
+//go:build linux
+
+package main
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setPdeathsig makes the kernel kill the child if this program dies first,
+// so a crashed or killed soak leaves no redis-server behind.
+func setPdeathsig(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

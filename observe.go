@@ -1,0 +1,140 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Observer receives what a Limiter does, for metrics and traces: every
+// decision with its outcome, every store call with its latency and error,
+// and every change of the store's circuit. Subscribe any number with
+// WithObserver; the metrics modules (metrics/prometheus, metrics/otel) are
+// Observers. Methods are called on the request's goroutine, synchronously:
+// they must be quick and safe for concurrent use. A panic in one reaches
+// net/http (or the caller of Allow), after the Limiter has recorded what it
+// must (see the README on panics).
+type Observer interface {
+	// ObserveDecision is called once per decided request: after the store
+	// (or fallback, or failure mode) decided, before the response is
+	// written. Requests that no identifier applies to, and skipped
+	// requests (WithSkip), are not decided.
+	ObserveDecision(DecisionEvent)
+	// ObserveStore is called after every store call the Limiter makes
+	// (Take, Reserve, TakeUpTo, Refund, Reset), answered or not, and when
+	// the circuit answers instead of the store (Err wraps ErrCircuitOpen,
+	// Duration 0).
+	ObserveStore(StoreEvent)
+	// ObserveCircuit is called when the store's circuit opens or closes.
+	ObserveCircuit(CircuitEvent)
+}
+
+// Outcome is what a Limiter did with one request.
+type Outcome uint8
+
+const (
+	// Allowed: admitted and charged.
+	Allowed Outcome = iota
+	// Denied: refused (429), nothing charged.
+	Denied
+	// DryRunDenied: would have been denied; served (WithDryRun).
+	DryRunDenied
+	// FailedOpen: no store could decide; served (FailOpen).
+	FailedOpen
+	// FailedClosed: no store could decide; refused (FailClosed, 503).
+	FailedClosed
+)
+
+// String returns the outcome as a metric label: "allowed", "denied",
+// "dry_run_denied", "failed_open" or "failed_closed".
+func (o Outcome) String() string {
+	switch o {
+	case Allowed:
+		return "allowed"
+	case Denied:
+		return "denied"
+	case DryRunDenied:
+		return "dry_run_denied"
+	case FailedOpen:
+		return "failed_open"
+	case FailedClosed:
+		return "failed_closed"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// DecisionEvent describes one decided request.
+type DecisionEvent struct {
+	// Request is the HTTP request; nil for Allow, AllowN, Wait, WaitN and
+	// AllowUpTo.
+	Request *http.Request
+	// Result is the Limiter's Result, as handlers read it (FromContext).
+	Result Result
+	// Outcome is what happened to the request.
+	Outcome Outcome
+	// Fallback reports that the fallback store decided (WithFallback), the
+	// main store having failed.
+	Fallback bool
+}
+
+// StoreEvent describes one store call.
+type StoreEvent struct {
+	// Policy is the policy of the call.
+	Policy *Policy
+	// Op is the operation: "take", "reserve", "take_up_to", "refund" or
+	// "reset".
+	Op string
+	// Fallback reports a call to the fallback store, not the main one.
+	Fallback bool
+	// Duration is how long the call took (0 when the circuit answered).
+	Duration time.Duration
+	// Err is the call's error, nil when it succeeded. Its text is for logs:
+	// it may carry server addresses, never keys.
+	Err error
+}
+
+// ErrorKind classifies Err for metric labels: "" (no error), "timeout"
+// (the store did not answer within the Limiter's timeout),
+// "circuit_open", "invalid_request", "unsupported" or "error" (anything
+// else: connection errors, error replies, a Cluster master's open circuit).
+func (e StoreEvent) ErrorKind() string {
+	switch err := e.Err; {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrCircuitOpen):
+		return "circuit_open"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, ErrInvalidRequest):
+		return "invalid_request"
+	case errors.Is(err, errors.ErrUnsupported):
+		return "unsupported"
+	}
+	return "error"
+}
+
+// CircuitEvent describes a change of the store's circuit (see
+// WithCircuitBreaker).
+type CircuitEvent struct {
+	// Open is true when the circuit opened (the store is skipped), false
+	// when it closed (a probe got an answer).
+	Open bool
+	// Cooldown is how long the store is skipped before a probe.
+	Cooldown time.Duration
+}
+
+// WithObserver subscribes o to the Limiter's decisions, store calls and
+// circuit changes. It may be given several times: every observer gets
+// every event, in the order given, after the error and decision hooks.
+// o must not be nil.
+func WithObserver(o Observer) Option {
+	return func(c *config) {
+		if isNil(o) {
+			c.fail("WithObserver: nil observer")
+			return
+		}
+		c.observers = append(c.observers, o)
+	}
+}

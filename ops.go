@@ -1,0 +1,524 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/breaker"
+)
+
+// opKind is the store operation a decision needs.
+type opKind uint8
+
+const (
+	opTake    opKind = iota
+	opReserve        // Reserver, when the policy and store can
+	opUpTo           // Granter
+)
+
+// ask is one decision to get from the stores.
+type ask struct {
+	policy   *Policy
+	keys     []string
+	cost     int64
+	id       string
+	op       opKind
+	maxDelay time.Duration
+}
+
+// Allow reports whether one event may happen now for all of keys; it is
+// AllowN(ctx, 1, keys...).
+func (l *Limiter) Allow(ctx context.Context, keys ...string) (Decision, error) {
+	return l.AllowN(ctx, 1, keys...)
+}
+
+// AllowN asks the store whether an event of the given cost may happen now
+// for all of keys under the policy given to New and, if so, charges every
+// key. It is the Handler's decision outside HTTP: the keys are the
+// caller's (such as "job:" + tenant), and the timeout, fallback, failure
+// mode, hooks and observers (with a nil request) and logging are the same.
+// A cost of 0 charges nothing and reports whether a cost of 1 would be
+// admitted. Dry run does not apply: the Decision is the store's. As in
+// Handler, ctx's cancellation does not end the store call: the store
+// decides, bounded by the Limiter's timeout (ctx's values reach the
+// store). A nil ctx means context.Background().
+//
+// The error is non-nil when the arguments are invalid (negative cost, no
+// key, more than MaxKeys distinct keys or an empty key: then the store is
+// not asked and the Decision is the zero value, which denies), or when no
+// store could decide: then the Decision is the failure mode's (FailOpen
+// allows, FailClosed denies with a RetryAfter of one second) and the error
+// says why. When the fallback store decides, its Decision comes with a nil
+// error. Callers that only want a yes or no may use Decision.Allowed
+// whatever the error. To give the charge back later, see Refund.
+func (l *Limiter) AllowN(ctx context.Context, cost int64, keys ...string) (Decision, error) {
+	ctx, keys, err := l.checkArgs("AllowN", ctx, cost, keys)
+	if err != nil {
+		return Decision{}, err
+	}
+	d, fb, failed, err := l.decide(ctx, nil, ask{policy: l.policy, keys: keys, cost: cost})
+	l.notifyCall(Result{Policy: l.policy, Keys: keys, Cost: cost, Decision: d, Err: err}, failed, fb)
+	return d, err
+}
+
+// checkArgs validates the arguments of the calls outside HTTP and returns
+// the context (Background for nil) and keys without repeats.
+func (l *Limiter) checkArgs(fn string, ctx context.Context, cost int64, keys []string) (context.Context, []string, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if cost < 0 {
+		return ctx, nil, fmt.Errorf("ratelimit: %s: negative cost %d", fn, cost)
+	}
+	if len(keys) == 0 {
+		return ctx, nil, fmt.Errorf("ratelimit: %s: no keys", fn)
+	}
+	for i, k := range keys {
+		if k == "" {
+			return ctx, nil, fmt.Errorf("ratelimit: %s: key %d is empty", fn, i)
+		}
+	}
+	keys = dedupe(keys)
+	if len(keys) > MaxKeys {
+		return ctx, nil, fmt.Errorf("ratelimit: %s: %d keys, at most %d", fn, len(keys), MaxKeys)
+	}
+	return ctx, keys, nil
+}
+
+// Wait waits until one event may happen for all of keys, charges it, and
+// returns; it is WaitN(ctx, 1, keys...).
+func (l *Limiter) Wait(ctx context.Context, keys ...string) (Decision, error) {
+	return l.WaitN(ctx, 1, keys...)
+}
+
+// WaitN waits until an event of the given cost may happen for all of keys
+// under the policy given to New, and returns once it is charged; or
+// returns an error, having charged nothing, when ctx ends first or its
+// deadline is too close for the wait (the error then wraps
+// context.DeadlineExceeded). It does not poll: the store's answer says how
+// long to wait. Where the policy can reserve (Policy.Reserves: an exact
+// log, or the token bucket) and the store is a Reserver, the place in line
+// is reserved in the same call, so waiters are served in order and never
+// more than the limit admits, measured at the time each is released; a
+// waiter whose ctx ends gives its place back. Under other policies WaitN
+// waits the store's RetryAfter and asks again, and waiters are served in
+// no particular order. A cost above the policy's capacity never fits: an
+// error at once. Failures are handled as by AllowN (the failure mode
+// decides, and the error says why); dry run does not apply.
+func (l *Limiter) WaitN(ctx context.Context, cost int64, keys ...string) (Decision, error) {
+	ctx, keys, err := l.checkArgs("WaitN", ctx, cost, keys)
+	if err != nil {
+		return Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("ratelimit: WaitN: %w", err)
+	}
+	budget := MaxSpan
+	if dl, ok := ctx.Deadline(); ok {
+		budget = dl.Sub(l.now())
+	}
+	res := Result{Policy: l.policy, Keys: keys, Cost: cost}
+	var fb, failed bool
+	var waitErr error
+	res.Decision, fb, failed, res.Err, waitErr = l.acquire(ctx, nil, ask{policy: l.policy, keys: keys, cost: cost}, budget)
+	if waitErr != nil {
+		return Decision{}, fmt.Errorf("ratelimit: WaitN: %w", waitErr)
+	}
+	l.notifyCall(res, failed, fb)
+	d := res.Decision
+	if failed || d.Allowed || cost == 0 {
+		return d, res.Err
+	}
+	if d.RetryAfter == Never {
+		return d, fmt.Errorf("ratelimit: WaitN: cost %d can never be admitted under policy %q (capacity %d)", cost, l.policy.Name(), l.policy.MaxCost())
+	}
+	return d, fmt.Errorf("ratelimit: WaitN: the wait (%s) would pass the context's deadline: %w", d.RetryAfter, context.DeadlineExceeded)
+}
+
+// acquire gets an admission within budget: reserving a place in line where
+// the policy and the store can, else waiting the store's RetryAfter and
+// asking again. While the admitted event waits for its turn, ctx ending
+// gives the place back and returns ctx's error as held.
+func (l *Limiter) acquire(ctx context.Context, r *http.Request, a ask, budget time.Duration) (d Decision, fallback, failed bool, err, held error) {
+	start := l.now()
+	for {
+		left := max(budget-l.now().Sub(start), 0)
+		a.op, a.maxDelay = opTake, 0
+		if left > 0 && a.cost > 0 && a.policy.Reserves() {
+			a.op, a.maxDelay = opReserve, left
+		}
+		d, fallback, failed, err = l.decide(ctx, r, a)
+		if failed {
+			return d, fallback, failed, err, nil
+		}
+		if d.Allowed {
+			if d.Delay > 0 {
+				if werr := l.sleep(ctx, d.Delay); werr != nil {
+					l.giveBack(r, d) // the waiter left: its place goes back
+					return Decision{}, fallback, false, nil, werr
+				}
+			}
+			return d, fallback, false, nil, nil
+		}
+		if a.cost == 0 || d.RetryAfter == Never || d.RetryAfter > left {
+			return d, fallback, false, nil, nil
+		}
+		if werr := l.sleep(ctx, max(d.RetryAfter, time.Microsecond)); werr != nil {
+			return Decision{}, fallback, false, nil, werr
+		}
+	}
+}
+
+// AllowUpTo grants the largest cost ≤ max that every limit of every key can
+// admit now, and charges exactly that, in one store call: for quota handed
+// out in chunks (batch jobs, token budgets for LLM calls). granted is 0
+// when nothing fits; the Decision then denies, with the wait until a cost
+// of 1 fits. On a Redis Cluster whose keys live on several masters, each
+// key grants what fits and the excess over the smallest grant is refunded
+// at once. The store must be a Granter (the memory and Redis stores are),
+// else the error wraps errors.ErrUnsupported. When no store can decide,
+// FailOpen grants max and FailClosed 0, with the error saying why; the
+// rest is as AllowN. max must be at least 1.
+func (l *Limiter) AllowUpTo(ctx context.Context, max int64, keys ...string) (granted int64, d Decision, err error) {
+	ctx, keys, err = l.checkArgs("AllowUpTo", ctx, max, keys)
+	if err != nil {
+		return 0, Decision{}, err
+	}
+	if max < 1 {
+		return 0, Decision{}, fmt.Errorf("ratelimit: AllowUpTo: max %d, want at least 1", max)
+	}
+	if _, ok := l.store.(Granter); !ok {
+		return 0, Decision{}, fmt.Errorf("ratelimit: AllowUpTo: the store (%T) cannot grant part of a request: %w", l.store, errors.ErrUnsupported)
+	}
+	d, fb, failed, err := l.decide(ctx, nil, ask{policy: l.policy, keys: keys, cost: max, op: opUpTo})
+	if failed && d.Allowed {
+		d.Granted = max
+	}
+	l.notifyCall(Result{Policy: l.policy, Keys: keys, Cost: max, Decision: d, Err: err}, failed, fb)
+	return d.Granted, d, err
+}
+
+// Reset forgets the counters of keys under the Limiter's policy (and any
+// BlockFor penalty), as if they had never been charged: after a successful
+// login, say. It is ResetPolicy with the policy given to New.
+func (l *Limiter) Reset(ctx context.Context, keys ...string) error {
+	return l.ResetPolicy(ctx, l.policy, keys...)
+}
+
+// ResetPolicy forgets the counters of keys under policy p, for policies
+// chosen per request (WithPolicyFunc). It resets the store, in one round
+// trip, and the fallback store if there is one; a deny cache in front of
+// the store (store.DenyCache) forgets the keys too, while other processes'
+// deny caches agree within their maximum hold (1s by default). The store
+// must be a Resetter (the memory and Redis stores are), else the error
+// wraps errors.ErrUnsupported. A store failure is returned as is: the
+// failure mode does not apply.
+func (l *Limiter) ResetPolicy(ctx context.Context, p *Policy, keys ...string) error {
+	if p == nil {
+		return errors.New("ratelimit: ResetPolicy: nil policy")
+	}
+	ctx, keys, err := l.checkArgs("Reset", ctx, 0, keys)
+	if err != nil {
+		return err
+	}
+	rs, ok := l.store.(Resetter)
+	if !ok {
+		return fmt.Errorf("ratelimit: Reset: the store (%T) cannot reset keys: %w", l.store, errors.ErrUnsupported)
+	}
+	err = l.op(ctx, nil, p, "store", "reset", func(ctx context.Context) error { return rs.Reset(ctx, p, keys...) })
+	if fr, ok := l.fallback.(Resetter); ok {
+		if ferr := l.op(ctx, nil, p, "fallback store", "reset", func(ctx context.Context) error { return fr.Reset(ctx, p, keys...) }); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+	}
+	return err
+}
+
+// Refund gives back the charge d reports (Decision.Receipt), exactly: it
+// takes back what that charge still counts, never below zero, never
+// another request's units, in one store call to the store that made the
+// charge. A charge is refunded at most once in a process, whoever asks:
+// a second Refund of it (or of a copy of d) does nothing and returns nil,
+// as does the Refund of a Decision that charged nothing. For a refund by
+// outcome in HTTP, see WithRefundIf. The store must be a Refunder (the
+// memory and Redis stores are), else the error wraps errors.ErrUnsupported
+// (and the charge stays claimed: it is not refunded again). A store
+// failure is returned as is.
+func (l *Limiter) Refund(ctx context.Context, d Decision) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return l.refund(ctx, nil, d)
+}
+
+// giveBack refunds d's charge for the Handler or a waiter that left; the
+// error goes to the hooks and the log.
+func (l *Limiter) giveBack(r *http.Request, d Decision) {
+	ctx := context.Background()
+	if r != nil {
+		ctx = r.Context()
+	}
+	_ = l.refund(ctx, r, d)
+}
+
+func (l *Limiter) refund(ctx context.Context, r *http.Request, d Decision) error {
+	rc := d.Receipt
+	if !rc.Claim() {
+		return nil
+	}
+	s := rc.madeBy()
+	if s == nil {
+		s = l.store
+	}
+	rf, ok := s.(Refunder)
+	if !ok {
+		return fmt.Errorf("ratelimit: Refund: the store (%T) cannot refund: %w", s, errors.ErrUnsupported)
+	}
+	which := "store"
+	if s != l.store {
+		which = "fallback store"
+	}
+	return l.op(ctx, r, rc.Policy(), which, "refund", func(ctx context.Context) error { return rf.Refund(ctx, rc) })
+}
+
+// op runs a store operation other than a decision, within the timeout, on
+// a context detached from ctx's cancellation, reporting its error.
+func (l *Limiter) op(parent context.Context, r *http.Request, p *Policy, which, name string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), l.timeout)
+	defer cancel()
+	start := time.Now()
+	err := f(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = wrap(which+": "+name+": no answer within "+l.timeout.String(), err, ctx.Err())
+		} else {
+			err = fmt.Errorf("ratelimit: %s: %s: %w", which, name, err)
+		}
+		if l.errHook != nil {
+			l.errHook(r, err)
+		}
+		l.log(parent, which, p, err)
+	}
+	for _, o := range l.observers {
+		o.ObserveStore(StoreEvent{Policy: p, Op: name, Fallback: which != "store", Duration: time.Since(start), Err: err})
+	}
+	return err
+}
+
+// notify tells the decision hook and the observers about a decision.
+func (l *Limiter) notify(r *http.Request, res Result, outcome Outcome, fallback bool) {
+	if l.decHook != nil {
+		l.decHook(r, res)
+	}
+	for _, o := range l.observers {
+		o.ObserveDecision(DecisionEvent{Request: r, Result: res, Outcome: outcome, Fallback: fallback})
+	}
+}
+
+// notifyCall notifies a decision made outside HTTP.
+func (l *Limiter) notifyCall(res Result, failed, fallback bool) {
+	if l.decHook == nil && len(l.observers) == 0 {
+		return
+	}
+	outcome := Allowed
+	switch {
+	case failed && res.Decision.Allowed:
+		outcome = FailedOpen
+	case failed:
+		outcome = FailedClosed
+	case !res.Decision.Allowed && res.Cost > 0:
+		outcome = Denied
+	}
+	l.notify(nil, res, outcome, fallback)
+}
+
+// dedupe returns keys without repeats, copying only if there are any.
+func dedupe(keys []string) []string {
+	for i := 1; i < len(keys); i++ {
+		for j := 0; j < i; j++ {
+			if keys[i] == keys[j] {
+				out := make([]string, 0, len(keys))
+			outer:
+				for _, k := range keys {
+					for _, o := range out {
+						if o == k {
+							continue outer
+						}
+					}
+					out = append(out, k)
+				}
+				return out
+			}
+		}
+	}
+	return keys
+}
+
+// decide asks the store, then the fallback, for a decision. failed reports
+// that neither could decide: the Decision is then the failure mode's and
+// err says why. When the fallback decides, fallback is true and err is nil,
+// as in Result.Err: the store's error has gone to the error hook and the
+// log. Every state change of the circuit survives a panic in the store or
+// in a hook: a probe that panics is forgotten, and the panic goes on.
+func (l *Limiter) decide(parent context.Context, r *http.Request, a ask) (d Decision, fallback, failed bool, err error) {
+	if ok, probe := l.breaker.Allow(l.sinceEpoch); ok {
+		settled := false
+		defer func() {
+			if !settled {
+				l.breaker.Forget(probe) // a panic: release the probe, let the panic go on
+			}
+		}()
+		d, err = l.call(parent, r, l.store, "store", a)
+		if errors.Is(err, ErrInvalidRequest) || errors.Is(err, errors.ErrUnsupported) {
+			// A bug of the caller's, not an outage: no circuit, no fallback.
+			settled = true
+			l.breaker.Forget(probe)
+			d, failed, err = l.failed(err)
+			return d, false, failed, err
+		}
+		change := l.breaker.Record(l.sinceEpoch, err == nil, probe)
+		settled = true
+		switch change {
+		case breaker.Opened:
+			l.logger.LogAttrs(parent, slog.LevelWarn, "ratelimit: store circuit opened: skipping the store after repeated failures",
+				slog.String("policy", a.policy.Name()), slog.Duration("cooldown", time.Duration(l.breaker.Cooldown)))
+			l.circuit(true)
+		case breaker.Closed:
+			l.circuit(false)
+		}
+		if err == nil {
+			return d, false, false, nil
+		}
+	} else {
+		err = circuitErr(l.breaker.Cooldown)
+		if l.errHook != nil {
+			l.errHook(r, err)
+		}
+		l.log(parent, "store", a.policy, err)
+		for _, o := range l.observers {
+			o.ObserveStore(StoreEvent{Policy: a.policy, Op: a.op.String(), Err: err})
+		}
+	}
+	if l.fallback != nil {
+		fd, ferr := l.call(parent, r, l.fallback, "fallback store", a)
+		if ferr == nil {
+			return fd, true, false, nil
+		}
+		err = errors.Join(err, ferr)
+	}
+	d, failed, err = l.failed(err)
+	return d, false, failed, err
+}
+
+func (o opKind) String() string {
+	switch o {
+	case opReserve:
+		return "reserve"
+	case opUpTo:
+		return "take_up_to"
+	}
+	return "take"
+}
+
+// circuit tells the observers the circuit opened or closed.
+func (l *Limiter) circuit(open bool) {
+	for _, o := range l.observers {
+		o.ObserveCircuit(CircuitEvent{Open: open, Cooldown: time.Duration(l.breaker.Cooldown)})
+	}
+}
+
+// failed returns the failure mode's decision for err.
+func (l *Limiter) failed(err error) (Decision, bool, error) {
+	if l.mode == FailClosed {
+		return Decision{RetryAfter: failClosedRetryAfter}, true, err
+	}
+	return Decision{Allowed: true}, true, err
+}
+
+// call asks s within the timeout, on a context that keeps parent's values
+// but not its cancellation (a client that goes away does not decide the
+// request). On failure it returns the error with its context, after the
+// error hook and the log have seen it.
+func (l *Limiter) call(parent context.Context, r *http.Request, s Store, which string, a ask) (Decision, error) {
+	ctx := context.WithoutCancel(parent)
+	if _, local := s.(Local); !local {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	var start time.Time
+	if len(l.observers) > 0 {
+		start = time.Now()
+	}
+	req := Request{Policy: a.policy, Keys: a.keys, Cost: a.cost, ID: a.id}
+	var d Decision
+	var err error
+	switch a.op {
+	case opReserve:
+		if rs, ok := s.(Reserver); ok {
+			d, err = rs.Reserve(ctx, req, a.maxDelay)
+		} else {
+			d, err = s.Take(ctx, req)
+		}
+	case opUpTo:
+		if g, ok := s.(Granter); ok {
+			d, err = g.TakeUpTo(ctx, req)
+		} else {
+			err = fmt.Errorf("%T cannot grant part of a request: %w", s, errors.ErrUnsupported)
+		}
+	default:
+		d, err = s.Take(ctx, req)
+	}
+	var expired error
+	if err != nil {
+		expired = ctx.Err()
+	} else if err = CheckDecision(d, req); err != nil {
+		d = Decision{}
+	}
+	if err != nil {
+		if expired != nil {
+			err = wrap(which+": no answer within "+l.timeout.String(), err, expired)
+		} else {
+			err = fmt.Errorf("ratelimit: %s: %w", which, err)
+		}
+	}
+	for _, o := range l.observers {
+		o.ObserveStore(StoreEvent{Policy: a.policy, Op: a.op.String(), Fallback: which != "store", Duration: time.Since(start), Err: err})
+	}
+	if err == nil {
+		d.Receipt.withStore(s)
+		return d, nil
+	}
+	if l.errHook != nil {
+		l.errHook(r, err)
+	}
+	l.log(parent, which, a.policy, err)
+	return Decision{}, err
+}
+
+// wrap returns err with context, wrapping cause too unless err already does.
+func wrap(msg string, err, cause error) error {
+	if errors.Is(err, cause) {
+		return fmt.Errorf("ratelimit: %s: %w", msg, err)
+	}
+	return fmt.Errorf("ratelimit: %s: %w (%w)", msg, err, cause)
+}
+
+// log logs a store error at level Error, at most once per logEvery,
+// counting the ones it skips.
+func (l *Limiter) log(ctx context.Context, which string, p *Policy, err error) {
+	now := int64(l.now().Sub(l.epoch))
+	last := l.lastLog.Load()
+	if now-last < int64(logEvery) || !l.lastLog.CompareAndSwap(last, now) {
+		l.suppressed.Add(1)
+		return
+	}
+	l.logger.LogAttrs(ctx, slog.LevelError, "ratelimit: store failed",
+		slog.String("store", which), slog.String("policy", p.Name()),
+		slog.String("failure_mode", l.mode.String()), slog.Bool("fallback", l.fallback != nil),
+		slog.Any("error", err), slog.Int64("suppressed", l.suppressed.Swap(0)))
+}
