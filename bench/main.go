@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit/bench/internal/redisproc"
 )
 
 type config struct {
@@ -41,8 +43,8 @@ type config struct {
 	cpuprof   string
 }
 
-// Defaults sized so that the whole default run (4 Redis scenarios × 18
-// rows, and 12 rows in the memory section: 84 cells) takes under four
+// Defaults sized so that the whole default run (a–c 19 rows each, d 20,
+// e 6, and 12 rows in the memory section: 95 cells) takes under four
 // minutes on a 2-core machine.
 const (
 	defaultDuration = 2 * time.Second
@@ -57,11 +59,11 @@ func main() {
 	var cfg config
 	var only, batches string
 	flag.IntVar(&cfg.conc, "concurrency", 64, "concurrent callers (goroutines), each with one request in flight")
-	flag.IntVar(&cfg.nIDs, "identities", 1000, "distinct identities (client IPs, and users in scenario c) picked uniformly at random; scenario d always uses one")
+	flag.IntVar(&cfg.nIDs, "identities", 1000, "distinct identities (client IPs, and users in scenario c) picked uniformly at random; scenario d always uses one, e 10000")
 	flag.DurationVar(&cfg.dur, "duration", defaultDuration, "measured time per cell (one limiter in one scenario), split over -rounds")
 	flag.IntVar(&cfg.rounds, "rounds", defaultRounds, "rounds per scenario: each round measures every row for duration/rounds, so that a burst of outside load is shared by all rows instead of hitting one")
 	flag.DurationVar(&cfg.warm, "warmup", defaultWarmup, "unmeasured time per cell before measuring (fills connection pools, loads scripts)")
-	const sectionsUsage = "sections to run, comma-separated: a (one limit), b (three limits), c (three limits × two identities), d (flood, denied), memory (in-process stores, no Redis)"
+	const sectionsUsage = "sections to run, comma-separated: a (one limit), b (three limits), c (three limits × two identities), d (flood, denied), e (three limits as they are, unscaled), memory (in-process stores, no Redis)"
 	flag.StringVar(&cfg.sections, "sections", strings.Join(sectionIDs, ","), sectionsUsage)
 	flag.StringVar(&cfg.sections, "scenarios", strings.Join(sectionIDs, ","), "the same as -sections (older name)")
 	flag.StringVar(&batches, "batch", defaultBatch, "store.WithBatching value(s) of the batched rows in scenarios a-c, comma-separated (several values: one row each, for a sweep)")
@@ -126,18 +128,18 @@ func run(cfg config, args []string) error {
 		}
 	}
 
-	var proc *redisProc
+	var proc *redisproc.Proc
 	addr := cfg.redisAddr
 	var host string
 	var port uint64
 	if needRedis {
 		if addr == "" {
 			var err error
-			if proc, err = startRedis(cfg.redisBin); err != nil {
+			if proc, err = redisproc.Start(cfg.redisBin); err != nil {
 				return err
 			}
 			defer proc.Stop()
-			addr = proc.addr
+			addr = proc.Addr
 		}
 		var portStr string
 		var err error
@@ -223,6 +225,9 @@ func run(cfg config, args []string) error {
 		n := cfg.nIDs
 		if sc.flood {
 			n = 1
+		}
+		if sc.asIs {
+			n = asIsIdentities
 		}
 		tab := &table{sc: sc, nIDs: n}
 		var live []*liveCell
@@ -325,9 +330,49 @@ func prepareCell(ctx context.Context, e *env, s subject) *liveCell {
 		// A subject that cannot work at all says why instead of
 		// filling a row with errors.
 		return fail("first request failed: " + err.Error())
+	} else if e.sc.asIs {
+		// Every identity's key exists before measuring, so the
+		// measurement is of calls that find their counters.
+		if err := touchAll(ctx, inst, len(e.ids.keys), e.conc); err != nil {
+			return fail("could not touch every identity: " + err.Error())
+		}
 	}
 	c.inst = inst
 	return c
+}
+
+// touchAll sends one request for each of n identities, conc at a time,
+// and returns the first error or denial.
+func touchAll(ctx context.Context, inst *instance, n, conc int) error {
+	var next atomic.Int64
+	errs := make(chan error, conc)
+	for w := 0; w < conc; w++ {
+		go func() {
+			for {
+				id := int(next.Add(1)) - 1
+				if id >= n {
+					errs <- nil
+					return
+				}
+				denied, err := inst.op(ctx, id)
+				if err == nil && denied {
+					err = fmt.Errorf("identity %d denied", id)
+				}
+				if err != nil {
+					next.Store(int64(n)) // stop the others
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var first error
+	for w := 0; w < conc; w++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // finish releases the instance and completes the row.

@@ -29,7 +29,7 @@ func memorySubjects() []subject {
 		if three {
 			n = "3 limits"
 		}
-		for _, alg := range algorithms {
+		for _, alg := range fullAlgorithms {
 			s = append(s, subject{
 				name: "ours Handler, memory, " + alg.String() + ", " + n, family: "ours", base: sethvargoHTTP,
 				note:  "ratelimit.New(store.NewMemory(), policy).Handler(next), ByIP (the default identifier)",
@@ -37,7 +37,7 @@ func memorySubjects() []subject {
 			})
 		}
 	}
-	for _, alg := range algorithms {
+	for _, alg := range fullAlgorithms {
 		s = append(s, subject{
 			name: "ours Take, memory, " + alg.String() + ", 1 limit", family: "ours", base: sethvargoTake,
 			note:  "store.NewMemory().Take",

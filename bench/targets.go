@@ -29,6 +29,10 @@ func short(a ratelimit.Algorithm) string {
 		return "token"
 	case ratelimit.FixedWindow:
 		return "fixed"
+	case ratelimit.SlidingLog:
+		return "log"
+	case ratelimit.SlidingWindowApprox:
+		return "approx"
 	}
 	return a.String()
 }
@@ -63,7 +67,7 @@ func perRow(t *table, suffix string, f func(row *cellResult) (float64, bool), ok
 	met, all := 0, 0
 	for _, api := range []string{"Take", "Handler"} {
 		var ps []string
-		for _, alg := range algorithms {
+		for _, alg := range fullAlgorithms {
 			all++
 			x, found := f(t.row("ours " + api + ", " + alg.String() + suffix))
 			if !found {
@@ -188,7 +192,7 @@ func (r *report) targets() []target {
 			b := t.row(layer.base)
 			var ps []string
 			met, all := 0, 0
-			for _, alg := range algorithms {
+			for _, alg := range fullAlgorithms {
 				all++
 				row := t.row("ours " + layer.api + ", memory, " + alg.String() + ", 1 limit")
 				if !row.ok() || !b.ok() {
@@ -212,7 +216,7 @@ func (r *report) targets() []target {
 			ts = append(ts, target{"(memory) one limit, ours " + layer.api + " vs sethvargo/go-limiter", m, layer.target, res})
 		}
 		var ps []string
-		for _, alg := range algorithms {
+		for _, alg := range fullAlgorithms {
 			row := t.row("ours Handler, memory, " + alg.String() + ", 3 limits")
 			if !row.ok() {
 				ps = append(ps, short(alg)+" —")
@@ -221,6 +225,23 @@ func (r *report) targets() []target {
 			ps = append(ps, fmt.Sprintf("%s %s ns/op, %.0f allocs/op", short(alg), thousands(row.nsPerOp()), row.perOp(float64(row.allocs))))
 		}
 		ts = append(ts, target{"(memory) three limits, ours Handler", strings.Join(ps, "; "), "shown", "—"})
+	}
+
+	// The example's policy as it is: what each algorithm costs Redis.
+	if t := r.table("e"); t != nil {
+		var ps []string
+		for _, alg := range algorithms {
+			row := t.row("ours Take, " + alg.String())
+			if !row.ok() {
+				ps = append(ps, short(alg)+" —")
+				continue
+			}
+			ps = append(ps, fmt.Sprintf("%s %s µs (%s ops/s)", short(alg), num(row.perOp(row.redisCPU*1e6)), thousands(row.opsPerSec())))
+		}
+		if rr := t.row(redisRateName); rr.ok() {
+			ps = append(ps, fmt.Sprintf("redis_rate's three calls %s µs", num(rr.perOp(rr.redisCPU*1e6))))
+		}
+		ts = append(ts, target{"(e) the unscaled policy, ours Take: Redis CPU per call", strings.Join(ps, "; "), "shown", "—"})
 	}
 
 	// 4. No row invalidated by errors (the Handler rows' 1s timeout keeps
@@ -292,6 +313,8 @@ func (sc *scenario) shortTitle() string {
 		return "three limits × two identities"
 	case "d":
 		return "denied flood"
+	case "e":
+		return "three limits as they are"
 	}
 	return sc.id
 }

@@ -1,4 +1,6 @@
-package main
+// Package redisproc starts a private redis-server for the benchmark
+// programs.
+package redisproc
 
 import (
 	"context"
@@ -13,19 +15,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisProc is a redis-server this program started for itself, so that the
-// INFO counters it reads see no traffic but the benchmark's.
-type redisProc struct {
-	addr string
+// Proc is a redis-server a program started for itself, so that the INFO
+// counters it reads see no traffic but its own.
+type Proc struct {
+	// Addr is the server's address, 127.0.0.1:<port>.
+	Addr string
 	cmd  *exec.Cmd
 	dir  string
 	done chan struct{}
 }
 
-// startRedis starts bin on a free 127.0.0.1 port, without persistence, and
+// Start starts bin on a free 127.0.0.1 port, without persistence, and
 // waits until it answers PING (at most 10s). It tries a few ports in case
-// another process takes the chosen one first.
-func startRedis(bin string) (*redisProc, error) {
+// another process takes the chosen one first. On Linux the kernel kills the
+// server if the program dies without calling Stop.
+func Start(bin string) (*Proc, error) {
 	path, err := exec.LookPath(bin)
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not found (%w); install it or pass -redis host:port", err)
@@ -36,7 +40,7 @@ func startRedis(bin string) (*redisProc, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := startRedisOn(path, port)
+		p, err := startOn(path, port)
 		if err == nil {
 			return p, nil
 		}
@@ -45,7 +49,7 @@ func startRedis(bin string) (*redisProc, error) {
 	return nil, lastErr
 }
 
-func startRedisOn(path string, port int) (*redisProc, error) {
+func startOn(path string, port int) (*Proc, error) {
 	dir, err := os.MkdirTemp("", "ratelimit-bench-redis-")
 	if err != nil {
 		return nil, err
@@ -66,10 +70,10 @@ func startRedisOn(path string, port int) (*redisProc, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	p := &redisProc{addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir, done: make(chan struct{})}
+	p := &Proc{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -94,8 +98,9 @@ func startRedisOn(path string, port int) (*redisProc, error) {
 }
 
 // Stop kills the server (it holds nothing worth a clean shutdown) and
-// removes its directory. It is safe to call more than once.
-func (p *redisProc) Stop() {
+// removes its directory. It is safe to call more than once, and on a nil
+// *Proc.
+func (p *Proc) Stop() {
 	if p == nil || p.cmd.Process == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package redisproc
 
 import (
 	"os/exec"
