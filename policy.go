@@ -55,8 +55,8 @@ const (
 	// its last Rate units of cost. Guarantee: in ANY window of length Period
 	// the admitted cost is at most Rate, and a request is admitted as soon
 	// as that allows (exact; RetryAfter is exact to the microsecond). Memory
-	// grows with Rate (16 bytes per unit in Redis), so Rate is at most
-	// MaxLogRate.
+	// grows with Rate (16 digits per unit; in Redis about 22 bytes per unit
+	// above 32, see README), so Rate is at most MaxLogRate.
 	SlidingLog
 
 	// SlidingWindowApprox is the weighted two-window estimate that
@@ -142,7 +142,7 @@ const DefaultPrecision = 10
 const ExactRateMax = 32
 
 // MaxLogRate is the largest Rate of a SlidingLog limit: its log takes
-// 16 bytes of Redis memory per unit of Rate.
+// about 22 bytes of Redis memory per unit of Rate (22 KB at 1000).
 const MaxLogRate = 1000
 
 // MaxSpan bounds how far ahead of now a store may have to remember a
