@@ -17,6 +17,8 @@ var (
 	take string
 	//go:embed refund.lua
 	refund string
+	//go:embed reset.lua
+	resetScript string
 )
 
 // unbaked opens a script that reads the policy from ARGV.
@@ -29,6 +31,10 @@ var Take = unbaked + counters + take
 
 // Refund undoes one charge.
 var Refund = unbaked + counters + refund
+
+// Reset forgets one identity's counters, keeping the epoch that tells a
+// refund of an earlier charge to give nothing back.
+var Reset = resetScript
 
 // Baked is the policy a Take script may carry.
 type Baked struct {

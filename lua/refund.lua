@@ -6,6 +6,7 @@
 -- refund count then, and one mark per limit (the token bucket's TAT right
 -- after the charge).
 local tonumber, floor, ceil, fmt = tonumber, math.floor, math.ceil, string.format
+local EPOCH = 4294967296 -- one Reset in the field g (store/algorithm.go, genEpoch)
 
 local function refund(s, key, j, now, at, c, tat, samegen, out, o)
   local kind, w, off = P[j + 1], P[j + 3], P[j + 6]
@@ -97,6 +98,15 @@ for k = 1, #KEYS do
   local m = base + (k - 1) * (2 + NL)
   local at, gen = tonumber(ARGV[m + 1]), tonumber(ARGV[m + 2])
   local raw = redis.pcall('HGETALL', key)
+  if not raw.err and #raw > 0 then
+    local g = 0
+    for i = 1, #raw, 2 do
+      if raw[i] == 'g' then g = tonumber(raw[i + 1]) or 0 end
+    end
+    -- A charge made before a Reset (another epoch in g's high bits; see
+    -- reset.lua) no longer counts: nothing to give back.
+    if floor(g / EPOCH) ~= floor(gen / EPOCH) then raw = {} end
+  end
   if not raw.err and #raw > 0 then
     local s = {}
     for i = 1, #raw, 2 do

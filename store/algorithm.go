@@ -23,9 +23,11 @@ import (
 //	fBlockLim the index of the limit the penalty reports
 //	fRelease  the release time of the latest reservation (µs), when it is
 //	          later than fTime (Limiter.Wait), 0 otherwise
-//	fGen      how many refunds the identity has had: a token-bucket refund
-//	          is exact only while no other refund came between its charge
-//	          and itself (see refund)
+//	fGen      in its low 32 bits, how many refunds the identity has had: a
+//	          token-bucket refund is exact only while no other refund came
+//	          between its charge and itself (see refund); above them
+//	          (genEpoch), how many times Reset cleared the identity while it
+//	          lived: a charge made before a Reset is never refunded after it
 //
 // then each limit owns a run of fields starting at its offset:
 //
@@ -51,6 +53,10 @@ const (
 	fGen      = 4
 	fFirst    = 5 // the first limit's first field
 )
+
+// genEpoch is one Reset in fGen (see above); lua/reset.lua and
+// lua/refund.lua use the same number.
+const genEpoch = 1 << 32
 
 // param is one limit's arguments.
 type param struct {

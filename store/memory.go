@@ -405,15 +405,28 @@ func (m *Memory) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string)
 	var shards [MaxKeys]uint64
 	unlock := m.lockKeys(keys, &shards)
 	defer unlock()
+	now := m.now().UnixMicro()
 	for ki, k := range keys {
 		sh := &m.shards[shards[ki]]
 		mk := m.memKey(p.ID(), k)
-		if _, ok := sh.m[mk]; ok {
+		e, ok := sh.m[mk]
+		if !ok {
+			continue
+		}
+		if e.expires <= now || len(e.f) <= fGen {
 			delete(sh.m, mk)
 			if m.maxKeys > 0 {
 				m.count.Add(-1)
 			}
+			continue
 		}
+		// Empty counters, but a new epoch, kept while a charge made
+		// before the Reset could still count: its refund then finds
+		// another epoch and gives nothing back (lua/reset.lua).
+		epoch := e.f[fGen]/genEpoch + 1
+		clear(e.f)
+		e.f[fGen] = epoch * genEpoch
+		e.expires = max(e.expires, now+p.TTL().Microseconds())
 	}
 	return nil
 }
@@ -438,6 +451,9 @@ func (m *Memory) Refund(ctx context.Context, r ratelimit.Receipt) error {
 			continue // nothing of the charge counts any more
 		}
 		at, gen := marks[ki*stride], marks[ki*stride+1]
+		if gen/genEpoch != e.f[fGen]/genEpoch {
+			continue // charged before a Reset: nothing of it counts
+		}
 		for i := range lim {
 			refund(e.f, now, at, &lim[i], r.Cost(), marks[ki*stride+2+i], e.f[fGen] == gen)
 		}

@@ -21,6 +21,7 @@ import (
 var (
 	takeScript   = redis.NewScript(lua.Take)
 	refundScript = redis.NewScript(lua.Refund)
+	resetScript  = redis.NewScript(lua.Reset)
 )
 
 var (
@@ -595,8 +596,9 @@ func refundArgs(now int64, p *ratelimit.Policy, cost int64, marks ...[]int64) []
 	return args
 }
 
-// Reset implements ratelimit.Resetter: one DEL of every key (one per key
-// on a Cluster, sent together), in one round trip.
+// Reset implements ratelimit.Resetter: every key's counters are emptied,
+// in one round trip (one script per key, sent together). A refund of a
+// charge made before the Reset then gives nothing back (lua/reset.lua).
 func (r *Redis) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) error {
 	if err := validateKeys(p, keys); err != nil {
 		return err
@@ -605,25 +607,20 @@ func (r *Redis) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) 
 	for i, k := range keys {
 		rk[i] = redisKey(r.prefix, p.ID(), k)
 	}
-	if !r.cluster || len(rk) == 1 {
-		if err := r.client.Del(ctx, rk...).Err(); err != nil {
-			return fmt.Errorf("ratelimit/store: redis: reset: %w", err)
-		}
-		return nil
-	}
-	cmds, err := r.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for _, k := range rk {
-			pl.Del(ctx, k)
-		}
-		return nil
+	// Each key is emptied by a script of its own (it keeps the epoch that
+	// voids refunds of earlier charges; see lua/reset.lua), all sent in one
+	// pipeline: one round trip, on a Cluster too.
+	ttl := (p.TTL() + r.ttlExtra).Milliseconds() + 1
+	cmds := pipeline(ctx, r.client, len(rk), func(i int) (*redis.Script, []string, []any) {
+		return resetScript, rk[i : i+1], []any{ttl}
 	})
 	for i, c := range cmds {
-		if c.Err() != nil {
-			return fmt.Errorf("ratelimit/store: redis: reset key %d: %w", i, c.Err())
+		if err := c.Err(); err != nil {
+			if len(rk) == 1 {
+				return fmt.Errorf("ratelimit/store: redis: reset: %w", err)
+			}
+			return fmt.Errorf("ratelimit/store: redis: reset key %d: %w", i, err)
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("ratelimit/store: redis: reset: %w", err)
 	}
 	return nil
 }
