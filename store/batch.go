@@ -8,16 +8,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WithBatching makes concurrent Takes share round trips: while up to
-// inFlight pipelines are on the wire, further Takes queue, and each
-// pipeline sent carries every Take queued so far (at most 256). Under high
-// concurrency this cuts system calls and Redis CPU per request and raises
-// throughput (see the README's benchmarks); at low concurrency it adds a
-// goroutine hand-off to each call. Every Take still returns by its own
-// context's deadline. inFlight 0 or less (the default) turns batching
-// off; a good value is 4 (measured best with a pool of 64). Batching
-// applies to a single Redis or Sentinel; with a *redis.ClusterClient or a
-// *redis.Ring it is off, since a pipeline over several nodes returns only
+// DefaultBatching is the number of calls a store keeps on the wire at once
+// before later calls start sharing pipelines (see WithBatching). It is on by
+// default for a single Redis or Sentinel.
+const DefaultBatching = 8
+
+// WithBatching sets how concurrent Takes share round trips. A call that
+// finds fewer than inFlight calls on the wire is sent at once, on its own
+// goroutine, exactly as without batching: an idle or lightly loaded store
+// pays nothing for it. A call that finds inFlight calls on the wire queues,
+// and the next pipeline sent carries every call queued so far (at most
+// 256): under high concurrency this cuts system calls and Redis CPU per
+// request and raises throughput (see the README's benchmarks). Every Take
+// still returns by its own context's deadline.
+//
+// Batching is on by default, with inFlight DefaultBatching (8); 0 or less
+// turns it off (one command per Take, each on its own pooled connection).
+// It applies to a single Redis or Sentinel; with a *redis.ClusterClient or
+// a *redis.Ring it is off, since a pipeline over several nodes returns only
 // when its slowest node answers and a batch would make requests on live
 // nodes wait for a dead one.
 func WithBatching(inFlight int) RedisOption {
@@ -32,12 +40,14 @@ func WithBatching(inFlight int) RedisOption {
 
 const maxBatch = 256
 
+// batcher lets at most max calls or pipelines be on the wire at once; the
+// calls that find them all busy queue and go out together.
 type batcher struct {
-	client   redis.UniversalClient
-	max      int
-	mu       sync.Mutex
-	queue    []*pending
-	draining int
+	client redis.UniversalClient
+	max    int
+	mu     sync.Mutex
+	queue  []*pending
+	busy   int // calls and pipelines on the wire, or about to be
 }
 
 // pending is one queued script call and, once done is closed, its answer.
@@ -51,19 +61,21 @@ type pending struct {
 	done   chan struct{}
 }
 
-// do queues one call and waits for its answer or for ctx to end.
+// do runs one call: at once on the caller's goroutine when fewer than max
+// are on the wire, else queued for the next pipeline. It returns the
+// answer, or ctx's error once ctx ends.
 func (b *batcher) do(ctx context.Context, s *redis.Script, keys []string, args []any) ([]int64, error) {
-	p := &pending{ctx: ctx, script: s, keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
+	if b.busy < b.max {
+		b.busy++
+		b.mu.Unlock()
+		reply, err := s.Run(ctx, b.client, keys, args...).Int64Slice()
+		b.release()
+		return reply, err
+	}
+	p := &pending{ctx: ctx, script: s, keys: keys, args: args, done: make(chan struct{})}
 	b.queue = append(b.queue, p)
-	start := b.draining < b.max
-	if start {
-		b.draining++
-	}
 	b.mu.Unlock()
-	if start {
-		go b.drain()
-	}
 	select {
 	case <-p.done:
 		return p.reply, p.err
@@ -72,23 +84,45 @@ func (b *batcher) do(ctx context.Context, s *redis.Script, keys []string, args [
 	}
 }
 
-// drain sends the queue as pipelines until it is empty.
-func (b *batcher) drain() {
+// release gives back a slot on the wire; if calls have queued meanwhile,
+// the slot goes to a goroutine that sends them, so that neither the caller
+// that releases it nor those queued wait for one another.
+func (b *batcher) release() {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.busy--
+		b.mu.Unlock()
+		return
+	}
+	batch := b.take()
+	b.mu.Unlock()
+	go b.drain(batch)
+}
+
+// take removes up to maxBatch calls from the queue; b.mu is held.
+func (b *batcher) take() []*pending {
+	n := min(len(b.queue), maxBatch)
+	batch := make([]*pending, n)
+	copy(batch, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+// drain sends batch, then whatever queued meanwhile, until the queue is
+// empty; it holds one slot on the wire throughout.
+func (b *batcher) drain(batch []*pending) {
 	for {
+		b.send(batch)
 		b.mu.Lock()
-		n := min(len(b.queue), maxBatch)
-		if n == 0 {
-			b.draining--
+		if len(b.queue) == 0 {
+			b.busy--
 			b.mu.Unlock()
 			return
 		}
-		batch := make([]*pending, n)
-		copy(batch, b.queue)
-		rest := copy(b.queue, b.queue[n:])
-		clear(b.queue[rest:])
-		b.queue = b.queue[:rest]
+		batch = b.take()
 		b.mu.Unlock()
-		b.send(batch)
 	}
 }
 
@@ -104,6 +138,13 @@ func (b *batcher) send(batch []*pending) {
 		live = append(live, p)
 	}
 	if len(live) == 0 {
+		return
+	}
+	if len(live) == 1 {
+		// Alone: a plain call, with its caller's own context.
+		p := live[0]
+		p.reply, p.err = p.script.Run(p.ctx, b.client, p.keys, p.args...).Int64Slice()
+		close(p.done)
 		return
 	}
 	var deadline time.Time // zero: some caller has no deadline

@@ -69,7 +69,7 @@ type Redis struct {
 	now         func() time.Time // tests only: replaces Redis TIME
 	ttlExtra    time.Duration    // tests only: added to every key's TTL
 	noResendIDs bool             // tests only: calls carry no resend ID
-	batch       *batcher         // nil: one call per Take
+	batch       *batcher         // nil: one call per Take (WithBatching(0))
 	refunds     sync.WaitGroup   // Cluster refunds running in the background
 
 	nodes        sync.Map // Cluster master address → *nodeCircuit
@@ -133,7 +133,8 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 		return nil, errors.New("ratelimit/store: NewRedis: nil client")
 	}
 	r := &Redis{client: client, prefix: DefaultPrefix, maxBaked: maxBaked,
-		nodeFailures: DefaultNodeFailures, nodeCooldown: DefaultNodeCooldown}
+		nodeFailures: DefaultNodeFailures, nodeCooldown: DefaultNodeCooldown,
+		batch: &batcher{max: DefaultBatching}}
 	for _, o := range opts {
 		o(r)
 	}

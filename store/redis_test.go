@@ -871,3 +871,125 @@ func TestWrongTypeHeals(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchingOnByDefault: a store on a single Redis batches unless told
+// not to, with DefaultBatching calls on the wire.
+func TestBatchingOnByDefault(t *testing.T) {
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { plain.Close() })
+	s, err := NewRedis(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.batch == nil || s.batch.max != DefaultBatching || s.batch.client != plain {
+		t.Fatalf("default store: batcher %+v, want %d in flight on the client", s.batch, DefaultBatching)
+	}
+}
+
+// gateHook holds every single command until gate is closed, and records the
+// size of every pipeline of script calls.
+type gateHook struct {
+	gate  chan struct{}
+	sent  atomic.Int64 // single commands that reached the hook
+	mu    sync.Mutex
+	pipes []int
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+			h.sent.Add(1)
+			<-h.gate
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() == "evalsha" || cmds[0].Name() == "eval" { // not a connection's setup
+			h.mu.Lock()
+			h.pipes = append(h.pipes, len(cmds))
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatchingInlineThenShared: calls finding a free slot go out at once as
+// plain commands on their callers' goroutines (no pipeline); calls arriving
+// while every slot is busy queue and share one pipeline, sent as soon as a
+// slot frees; every decision is exact.
+func TestBatchingInlineThenShared(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	s, err := NewRedis(client, WithBatching(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ratelimit.MustParsePolicy("5/h", ratelimit.Named("inline"))
+	mustTake(t, s, p, 0, "warm") // loads the script before the gate shuts
+	h := &gateHook{gate: make(chan struct{})}
+	client.AddHook(h)
+
+	const callers = 8
+	results := make(chan bool, callers)
+	take := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:1"}, Cost: 1})
+		if err != nil {
+			t.Error(err)
+		}
+		results <- d.Allowed
+	}
+	for i := 0; i < 2; i++ {
+		go take()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for h.sent.Load() < 2 { // both slots are on the wire, held at the gate
+		if time.Now().After(deadline) {
+			t.Fatal("the first two calls were not sent at once")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := 2; i < callers; i++ {
+		go take()
+	}
+	for {
+		s.batch.mu.Lock()
+		n := len(s.batch.queue)
+		s.batch.mu.Unlock()
+		if n == callers-2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", n, callers-2)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(h.gate)
+	admitted := 0
+	for i := 0; i < callers; i++ {
+		if <-results {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("admitted %d of %d under 5/h", admitted, callers)
+	}
+	if got := h.sent.Load(); got != 2 {
+		t.Fatalf("%d calls sent alone, want the 2 that found a free slot", got)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.pipes) != 1 || h.pipes[0] != callers-2 {
+		t.Fatalf("pipelines %v, want one of the %d queued calls", h.pipes, callers-2)
+	}
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	if s.batch.busy != 0 || len(s.batch.queue) != 0 {
+		t.Fatalf("after every call returned: %d slots busy, %d queued", s.batch.busy, len(s.batch.queue))
+	}
+}
