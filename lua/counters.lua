@@ -258,6 +258,7 @@ local function charge(s, key, j, t, used, total, c, out, o)
     local k, h = floor(t / w), floor(s[1] / w)
     local lo = h + 1
     if lo < k - n then lo = k - n end
+    if s[1] == 0 then lo = k end -- never charged: no sub-bucket to clear
     for b = lo, k - 1 do
       local x = off + 1 + b % n1
       if s[x] ~= 0 then

@@ -993,3 +993,90 @@ func TestBatchingInlineThenShared(t *testing.T) {
 		t.Fatalf("after every call returned: %d slots busy, %d queued", s.batch.busy, len(s.batch.queue))
 	}
 }
+
+// shaHook records the script hash of every EVALSHA.
+type shaHook struct {
+	mu   sync.Mutex
+	shas []string
+}
+
+func (h *shaHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *shaHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			h.mu.Lock()
+			h.shas = append(h.shas, fmt.Sprint(cmd.Args()[1]))
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *shaHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *shaHook) last() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.shas) == 0 {
+		return ""
+	}
+	return h.shas[len(h.shas)-1]
+}
+
+// TestFastPathChosen: the lean script (lua/fast.lua) answers exactly the
+// calls it is written for (one key, no request ID, a plain Take, a baked
+// policy with no sliding log); every other call goes to the full script.
+func TestFastPathChosen(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	s, err := NewRedis(client, WithBatching(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &shaHook{}
+	client.AddHook(h)
+	ctx := context.Background()
+	p := ratelimit.MustParsePolicy("100/s, 1000/h", ratelimit.Named("fastpath"))
+	prep := s.prepared(p)
+	if prep.fast == nil {
+		t.Fatal("a baked sliding-window policy has no fast script")
+	}
+	fast, full := prep.fast.Hash(), prep.script.Hash()
+	calls := []struct {
+		what string
+		do   func() error
+		want string
+	}{
+		{"one key", func() error {
+			_, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:1"}, Cost: 1})
+			return err
+		}, fast},
+		{"a peek", func() error { _, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:1"}}); return err }, fast},
+		{"two keys", func() error {
+			_, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:1", "user:1"}, Cost: 1})
+			return err
+		}, full},
+		{"a request ID", func() error {
+			_, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:1"}, Cost: 1, ID: "req-1"})
+			return err
+		}, full},
+		{"TakeUpTo", func() error {
+			_, err := s.TakeUpTo(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:1"}, Cost: 2})
+			return err
+		}, full},
+	}
+	for _, c := range calls {
+		if err := c.do(); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		if got := h.last(); got != c.want {
+			t.Fatalf("%s: sent script %s, want %s (fast %s, full %s)", c.what, got, c.want, fast, full)
+		}
+	}
+	logp := ratelimit.MustParsePolicy("5/s", ratelimit.WithAlgorithm(ratelimit.SlidingLog), ratelimit.Named("fastlog"))
+	if s.prepared(logp).fast != nil {
+		t.Fatal("a sliding-log policy got the fast script, which has no log")
+	}
+}

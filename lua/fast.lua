@@ -1,0 +1,146 @@
+-- fast: take.lua for the common call, leaner: one key, no request ID, a
+-- plain Take (no grant up to a cost, no reservation), and no sliding-log
+-- limit. It reads and writes the same fields and replies in the same
+-- layout as take.lua, which store/redis.go sends for every other call, but
+-- reads fewer of them (not the reservation's release, which only take.lua
+-- and refund.lua use; the penalty's limit only while a penalty runs) and
+-- passes Redis field names and numbers as strings it formats itself.
+-- Preceded by counters.lua and a baked policy.
+-- KEYS[1]: the identity's hash. ARGV: now (µs; 0 = read Redis TIME), cost,
+-- resend ID ('' none).
+local now = tonumber(ARGV[1])
+if now == 0 then
+  local tm = redis.call('TIME')
+  now = tm[1] * 1000000 + tm[2]
+end
+local cost, rid, key, find = tonumber(ARGV[2]), ARGV[3], KEYS[1], string.find
+
+local f, m = {1, 'b', 'x', 'd', 'g'}, 5
+for j = 0, 7 * (NL - 1), 7 do
+  local kind, off = P[j + 1], P[j + 6]
+  if kind == 0 then
+    local n1, kb = P[j + 4] + 1, floor(now / P[j + 3])
+    local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
+    f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], m = off, a, a + n1, b, b + n1, m + 5
+  elseif kind == 2 then
+    f[m + 1], f[m + 2], m = off, off + 1, m + 2
+  elseif kind == 3 then
+    f[m + 1], m = off, m + 1
+  else
+    f[m + 1], f[m + 2], f[m + 3], m = off, off + 1, off + 2, m + 3
+  end
+end
+for i = 1, m do
+  if type(f[i]) == 'number' then f[i] = fmt('%d', f[i]) end
+end
+local flags = 0
+local v = redis.pcall('HMGET', key, unpack(f))
+if v.err then
+  if not string.find(v.err, 'WRONGTYPE', 1, true) then return v end
+  redis.log(redis.LOG_WARNING, 'ratelimit: ' .. key .. ' held another type; replaced with fresh counters')
+  redis.call('DEL', key)
+  flags, v = 2, {}
+end
+local s = {tonumber(v[1]) or 0}
+local sb, sx, d, sg = tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4], tonumber(v[5]) or 0
+for i = 6, m do s[tonumber(f[i])] = tonumber(v[i]) or 0 end
+
+local c1 = cost
+if c1 == 0 then c1 = 1 end
+local t0 = now
+if s[1] > t0 then t0 = s[1] end
+local out = {0, now, 0, 0, flags, 0, t0, sg}
+
+-- A resend of a call that charged: admitted, and charged nothing again.
+-- (d holds the last four resend IDs, 8 characters each.)
+local q = nil
+if rid ~= '' and d then q = find(d, rid, 1, true) end
+while q and q % 8 ~= 1 do q = find(d, rid, q + 1, true) end
+if q then
+  out[1], out[3], out[6], out[8] = 1, cost, 3, 0
+  for i = 0, NL - 1 do
+    local u, tot, av = evaluate(s, key, 7 * i, t0, c1)
+    local rem, reset = report(s, key, 7 * i, t0, u, tot, av, 0)
+    local p = 9 + 4 * i
+    out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, 0, 0
+  end
+  return out
+end
+
+local EU, ET, EA, ER = {}, {}, {}, {}
+local allowed = sb <= t0
+for i = 1, NL do
+  local u, tot, av, r = evaluate(s, key, 7 * (i - 1), t0, c1)
+  EU[i], ET[i], EA[i], ER[i] = u, tot, av, r
+  if r ~= 0 then allowed = false end
+end
+local charged = 0
+if allowed then
+  charged = cost
+  out[1], out[3] = 1, cost
+end
+for i = 0, NL - 1 do
+  local rem, reset = report(s, key, 7 * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged)
+  local p = 9 + 4 * i
+  out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[i + 1], 0
+end
+local w, wo, changed = {}, 1, false
+if charged > 0 then
+  for i = 0, NL - 1 do
+    wo = charge(s, key, 7 * i, t0, EU[i + 1], ET[i + 1], charged, w, wo)
+    if P[7 * i + 1] == 3 then out[12 + 4 * i] = EU[i + 1] + charged * P[7 * i + 3] end
+  end
+  w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
+  if rid ~= '' then
+    d = (d or '') .. rid
+    if #d > 32 then d = sub(d, #d - 31) end
+    w[wo], w[wo + 1], wo = 'd', d, wo + 2
+  end
+  out[6] = 1
+  changed = true
+end
+if sb > t0 then
+  local p = 9 + 4 * (tonumber(redis.call('HGET', key, 'l')) or 0)
+  local left = sb - t0
+  if out[p + 2] >= 0 and out[p + 2] < left then out[p + 2] = left end
+  if out[p + 1] < left then out[p + 1] = left end
+  out[p] = 0
+elseif not allowed and BLOCK > 0 and cost > 0 then
+  local worst
+  for i = 0, NL - 1 do
+    local r = out[11 + 4 * i]
+    if r > 0 and (not worst or r > out[11 + 4 * worst]) then worst = i end
+  end
+  if worst then
+    local p = 9 + 4 * worst
+    if out[p + 2] < BLOCK then out[p + 2] = BLOCK end
+    if out[p + 1] < BLOCK then out[p + 1] = BLOCK end
+    out[p] = 0
+    w[wo], w[wo + 1], w[wo + 2], w[wo + 3], wo = 'b', fmt('%d', t0 + BLOCK), 'l', worst, wo + 4
+    changed = true
+  end
+end
+if t0 > now then
+  local sk = t0 - now -- the clock stepped back: waits get longer by it
+  for i = 0, NL - 1 do
+    local p = 9 + 4 * i
+    if out[p + 2] > 0 then out[p + 2] = out[p + 2] + sk end
+    if out[p + 1] > 0 then out[p + 1] = out[p + 1] + sk end
+  end
+end
+if changed then
+  for i = 1, wo - 1 do
+    if type(w[i]) == 'number' then w[i] = fmt('%d', w[i]) end
+  end
+  local ttl = TTL * 1000
+  local need = t0 + ttl
+  if sx < need then
+    local x = need + ttl / 4
+    w[wo], w[wo + 1] = 'x', fmt('%d', x)
+    redis.call('HSET', key, unpack(w))
+    redis.call('PEXPIRE', key, ceil((x - now) / 1000) + 1)
+  else
+    redis.call('HSET', key, unpack(w))
+  end
+end
+return out
