@@ -322,3 +322,16 @@ func ExampleBlockFor() {
 	// true 0s
 	// false 10m0s
 }
+
+// Reserves tells whether Limiter.Wait and WithMaxDelay reserve a place in
+// line in the same store call (every limit an exact log or a token bucket)
+// or wait and ask again.
+func ExamplePolicy_Reserves() {
+	fmt.Println(ratelimit.MustParsePolicy("10/s").Reserves())   // an exact log
+	fmt.Println(ratelimit.MustParsePolicy("1000/s").Reserves()) // sub-buckets
+	fmt.Println(ratelimit.MustParsePolicy("1000/s", ratelimit.WithAlgorithm(ratelimit.TokenBucket)).Reserves())
+	// Output:
+	// true
+	// false
+	// true
+}

@@ -156,3 +156,103 @@ func ExampleMemory_Refund() {
 	// 3
 	// 3
 }
+
+// newExampleRedis returns a Redis store on a fresh miniredis (the examples'
+// stand-in for a real Redis) and a function that closes both.
+func newExampleRedis() (*store.Redis, func()) {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	s, err := store.NewRedis(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return s, func() { client.Close(); mr.Close() }
+}
+
+// TakeUpTo on Redis: the largest cost every limit admits now, charged in
+// the same script call.
+func ExampleRedis_TakeUpTo() {
+	s, done := newExampleRedis()
+	defer done()
+	p := ratelimit.MustParsePolicy("10/m, 12/h")
+	for i := 0; i < 3; i++ {
+		d, err := s.TakeUpTo(context.Background(), ratelimit.Request{Policy: p, Keys: []string{"batch:a"}, Cost: 7})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(d.Granted, d.Remaining)
+	}
+	// Output:
+	// 7 3
+	// 3 0
+	// 0 0
+}
+
+// Reserve on Redis: a place in line, recorded in the same call; the
+// second request is admitted as of a minute later.
+func ExampleRedis_Reserve() {
+	s, done := newExampleRedis()
+	defer done()
+	p := ratelimit.MustParsePolicy("1/m", ratelimit.WithAlgorithm(ratelimit.TokenBucket))
+	for i := 0; i < 3; i++ {
+		d, err := s.Reserve(context.Background(), ratelimit.Request{Policy: p, Keys: []string{"job:a"}, Cost: 1}, 90*time.Second)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(d.Allowed, d.Delay.Round(time.Second))
+	}
+	// Output:
+	// true 0s
+	// true 1m0s
+	// false 0s
+}
+
+// Refund on Redis gives back what a charge still counts.
+func ExampleRedis_Refund() {
+	s, done := newExampleRedis()
+	defer done()
+	ctx := context.Background()
+	p := ratelimit.MustParsePolicy("3/h")
+	d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"user:42"}, Cost: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after the charge:", d.Remaining)
+	if err := s.Refund(ctx, d.Receipt); err != nil {
+		log.Fatal(err)
+	}
+	peek, _ := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"user:42"}})
+	fmt.Println("after the refund:", peek.Remaining)
+	// Output:
+	// after the charge: 1
+	// after the refund: 3
+}
+
+// Reset on Redis forgets the keys' counters (and penalties) in one round
+// trip; a refund of a charge made before it then gives nothing back.
+func ExampleRedis_Reset() {
+	s, done := newExampleRedis()
+	defer done()
+	ctx := context.Background()
+	p := ratelimit.MustParsePolicy("2/h")
+	take := func() ratelimit.Decision {
+		d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"user:42"}, Cost: 1})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return d
+	}
+	before := take()
+	if err := s.Reset(ctx, p, "user:42"); err != nil {
+		log.Fatal(err)
+	}
+	take()
+	take()
+	s.Refund(ctx, before.Receipt) // charged before the Reset: nothing to give back
+	fmt.Println("third request in the hour allowed:", take().Allowed)
+	// Output:
+	// third request in the hour allowed: false
+}
