@@ -50,9 +50,9 @@ const (
 	defaultDuration = 2 * time.Second
 	defaultWarmup   = 250 * time.Millisecond
 	defaultRounds   = 5
-	// defaultBatch is the store.WithBatching value of the batched rows,
-	// chosen by sweeps of 1, 2, 4, 8 and 16 (see README.md).
-	defaultBatch = "4"
+	// defaultBatch is the store.WithBatching value of the extra rows of
+	// a–c: 0, our store with batching off, next to the default (on).
+	defaultBatch = "0"
 )
 
 func main() {
@@ -66,7 +66,7 @@ func main() {
 	const sectionsUsage = "sections to run, comma-separated: a (one limit), b (three limits), c (three limits × two identities), d (flood, denied), e (three limits as they are, unscaled), memory (in-process stores, no Redis)"
 	flag.StringVar(&cfg.sections, "sections", strings.Join(sectionIDs, ","), sectionsUsage)
 	flag.StringVar(&cfg.sections, "scenarios", strings.Join(sectionIDs, ","), "the same as -sections (older name)")
-	flag.StringVar(&batches, "batch", defaultBatch, "store.WithBatching value(s) of the batched rows in scenarios a-c, comma-separated (several values: one row each, for a sweep)")
+	flag.StringVar(&batches, "batch", defaultBatch, "store.WithBatching value(s) of the extra rows in scenarios a-c, next to the default store, comma-separated (0: batching off; several values: one row each, for a sweep)")
 	flag.StringVar(&cfg.redisAddr, "redis", "", "address of a Redis to use (host:port); empty starts a private redis-server on a free 127.0.0.1 port, so INFO counts only this run")
 	flag.StringVar(&cfg.redisBin, "redis-server", "redis-server", "redis-server binary used when -redis is empty")
 	flag.StringVar(&cfg.out, "out", "", "also write the markdown report to this file")
@@ -85,8 +85,8 @@ func main() {
 	}
 	for _, f := range strings.Split(batches, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			fatalf("-batch %q: want positive integers, comma-separated", batches)
+		if err != nil || n < 0 {
+			fatalf("-batch %q: want integers ≥ 0, comma-separated", batches)
 		}
 		cfg.batches = append(cfg.batches, n)
 	}
@@ -201,12 +201,10 @@ func run(cfg config, args []string) error {
 	rep.collectEnv(ctx, stats)
 
 	var trips atomic.Int64
-	newClient := func(poolSize int) *redis.Client {
-		c := redis.NewClient(&redis.Options{
-			Addr:                  addr,
-			PoolSize:              poolSize,
-			ContextTimeoutEnabled: true,
-		})
+	newClient := func() *redis.Client {
+		// go-redis's defaults for every client, ours and the peers'
+		// (a pool of 10 connections per CPU).
+		c := redis.NewClient(&redis.Options{Addr: addr})
 		c.AddHook(tripCounter{&trips})
 		return c
 	}
@@ -286,7 +284,12 @@ func (cfg config) want(s subject) bool {
 	return cfg.only == nil || cfg.only.MatchString(s.name) || s.baseline
 }
 
-const redisRateName = "go-redis/redis_rate v10"
+const (
+	redisRateName     = "go-redis/redis_rate v10"
+	redisRateAutoName = "go-redis/redis_rate v10, AutoPipeliner"
+	floorName         = "floor: EVALSHA return 1"
+	batchedFloorName  = "floor: EVALSHA return 1, AutoPipeliner"
+)
 
 // liveCell is one subject built for one scenario, measured round after
 // round.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 type table struct {
@@ -149,9 +151,9 @@ func (r *report) markdown() string {
 	w("- each section runs its rows in %d rounds of %s each (rotating the order), so a burst of outside load is shared rather than landing on one row\n\n",
 		r.cfg.rounds, (r.cfg.dur / time.Duration(r.cfg.rounds)).String())
 	w("Rows: ours = this library (`store.NewRedis(client).Take`, and `ratelimit.New(store, policy, WithTimeout(%s)).Handler(next)` called in process); ", handlerTimeout)
-	w("*batched* = the same on `store.NewRedis(client, store.WithBatching(%s))` with PoolSize max(concurrency, %d); ", joinInts(r.cfg.batches), minBatchPool)
+	w("*unbatched* / *batched N* = the same on `store.NewRedis(client, store.WithBatching(0 or N))` (the plain rows use no option: batching is on by default, %d calls in flight); ", store.DefaultBatching)
 	w("*deny cache* = the same on `store.NewDenyCache(store.NewRedis(client))`; ")
-	w("peers = one limiter per limit (and per identity in c), called in sequence, stopping at the first denial; every go-redis client has PoolSize = concurrency and ContextTimeoutEnabled.\n\n")
+	w("peers = one limiter per limit (and per identity in c), called in sequence, stopping at the first denial; every go-redis client, ours and the peers', has go-redis's default options (`redis.Options{Addr: addr}`: a pool of 10 connections per CPU).\n\n")
 	seen := map[string]bool{}
 	for _, t := range r.tables {
 		for _, row := range t.rows {
@@ -182,7 +184,7 @@ func (r *report) markdown() string {
 		w("### (%s) %s\n\n", t.sc.id, t.sc.title)
 		oursCol := ""
 		if t.hasVariants() {
-			oursCol = "vs ours unbatched | "
+			oursCol = "vs ours default | "
 			if t.sc.flood {
 				oursCol = "vs ours uncached | "
 			}
@@ -271,7 +273,7 @@ func (r *report) markdown() string {
 	}
 	w("How to read: *ops/s* are completed decisions (one request through every limit and identity) per second; ")
 	w("*vs redis_rate* divides by redis_rate's ops/s in the same table, *vs redis_rate (a)* by redis_rate's ops/s with one limit; ")
-	w("*vs ours unbatched* / *vs ours uncached* divide a batched or deny-cache row's ops/s by that of our plain row of the same API and algorithm in the same table. ")
+	w("*vs ours default* / *vs ours uncached* divide an unbatched, batched or deny-cache row's ops/s by that of our plain row of the same API and algorithm in the same table. ")
 	w("*round trips/op* are counted by a go-redis hook (a pipeline or MULTI…EXEC counts once); † inferred from INFO (MGET + EXEC) because httprate-redis builds its own client. ")
 	w("*Redis cmds/op* counts every command Redis ran, including those a script ran. ")
 	w("*Redis CPU* is Redis's used_cpu_user+used_cpu_sys, *client CPU* this process's getrusage user+system time (load generator included), both divided by ops. ")

@@ -46,10 +46,13 @@ type scenario struct {
 	// the sliding log at all); asIsIdentities callers, each sent one
 	// request before measuring, keep every request allowed.
 	asIs bool
+	// waits: Limiter.Wait on one contended key, and the cost of a
+	// Request.ID (section w).
+	waits bool
 }
 
 // sectionIDs are the values -sections accepts, in report order.
-var sectionIDs = []string{"a", "b", "c", "d", "e", "memory"}
+var sectionIDs = []string{"a", "b", "c", "d", "e", "w", "memory"}
 
 // asIsIdentities is the number of callers of section e: enough that the
 // unscaled 10/s, 120/m and 240/h admit every request at the ~30,000
@@ -65,6 +68,8 @@ func allScenarios(scale int64) []*scenario {
 		{id: "c", title: "three limits × two identities (client IP and user), ×" + sc, limits: threeLimits(scale), twoIDs: true},
 		{id: "d", title: "flood from one identity that is already denied, 10/s + 120/m + 240/h (not scaled)", limits: threeLimits(1), flood: true},
 		{id: "e", title: "three limits as they are, 10/s + 120/m + 240/h (not scaled; the sliding window counts 10/s exactly, by a log), " + strconv.Itoa(asIsIdentities) + " identities", limits: threeLimits(1), asIs: true},
+		{id: "w", title: "waiting in line (Limiter.Wait: every caller on one key, " + thousands(waitRate) + "/s, not scaled) and the cost of a Request.ID (one limit 10/s ×" + sc + ")",
+			limits: []limitSpec{{10 * scale, time.Second}}, waits: true},
 		{id: "memory", title: "memory store, no Redis: one limit 10/s ×" + strconv.Itoa(memoryScale) + ", and the three-limit policy ×" + strconv.Itoa(memoryScale),
 			limits: []limitSpec{{10 * memoryScale, time.Second}}, memory: true},
 	}
@@ -121,7 +126,7 @@ type env struct {
 	prefix    string // unique per cell
 	addr      string
 	conc      int
-	newClient func(poolSize int) *redis.Client
+	newClient func() *redis.Client
 	httprate  *httprateCounters
 }
 
@@ -170,20 +175,22 @@ var algorithms = []ratelimit.Algorithm{ratelimit.SlidingWindow, ratelimit.TokenB
 // a Take row only, which keeps the default run within its time.
 var fullAlgorithms = algorithms[:3]
 
-// variant is how our Redis store is wrapped in a row.
+// variant is how our Redis store is wrapped in a row. The zero variant is
+// the store as NewRedis builds it with no options (batching on).
 type variant struct {
-	batch     int  // store.WithBatching(batch); 0: off
+	setBatch  bool // pass store.WithBatching(batch)
+	batch     int  // its value; 0 turns batching off
 	denyCache bool // store.NewDenyCache in front
 }
 
-func (v variant) suffix(batches []int) string {
+func (v variant) suffix() string {
 	switch {
 	case v.denyCache:
 		return ", deny cache"
-	case v.batch > 0 && len(batches) > 1:
+	case v.setBatch && v.batch <= 0:
+		return ", unbatched"
+	case v.setBatch:
 		return ", batched " + strconv.Itoa(v.batch)
-	case v.batch > 0:
-		return ", batched"
 	}
 	return ""
 }
@@ -192,24 +199,96 @@ func (v variant) note(api string) string {
 	switch {
 	case v.denyCache:
 		return api + " on store.NewDenyCache(store.NewRedis(client)): denials answered in process while they hold"
-	case v.batch > 0:
-		return api + " on store.NewRedis(client, store.WithBatching(" + strconv.Itoa(v.batch) + ")): concurrent Takes share pipelines"
+	case v.setBatch && v.batch <= 0:
+		return api + " on store.NewRedis(client, store.WithBatching(0)): batching off, one command per Take"
+	case v.setBatch:
+		return api + " on store.NewRedis(client, store.WithBatching(" + strconv.Itoa(v.batch) + "))"
 	}
-	return api
+	return api + " on store.NewRedis(client): no options (batching on, " + strconv.Itoa(store.DefaultBatching) + " calls in flight)"
+}
+
+// waitRate is the rate of the Wait rows of section w: every caller waits in
+// line on one key, so a row's ops/s should be this rate.
+const waitRate = 10_000
+
+// waitSubjects are the rows of section w.
+func waitSubjects() []subject {
+	var s []subject
+	for _, alg := range []ratelimit.Algorithm{ratelimit.SlidingWindow, ratelimit.TokenBucket} {
+		plain := "ours Take, " + alg.String()
+		s = append(s,
+			subject{name: plain, family: "ours", scripted: true, note: "store.Redis.Take, no options",
+				build: func(e *env) (*instance, error) { return buildOursTake(e, alg, variant{}) }},
+			subject{name: plain + ", Request.ID", family: "ours", scripted: true, base: plain,
+				note: "store.Redis.Take with a new Request.ID on every request: its ID record (one small hash per identity, kept for the policy's longest period) is written with the charge",
+				build: func(e *env) (*instance, error) { return buildOursIDs(e, alg) }})
+	}
+	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.SlidingWindow} {
+		how := "reserves its place in line in the same script call"
+		if alg == ratelimit.SlidingWindow {
+			how = "sub-buckets cannot reserve: waits Retry-After and asks again"
+		}
+		s = append(s, subject{name: "ours Wait, " + alg.String() + ", one key", family: "ours", scripted: true,
+			note:  "Limiter.Wait(ctx, key) by every caller on one key under " + thousands(waitRate) + "/s: " + how,
+			build: func(e *env) (*instance, error) { return buildOursWait(e, alg) }})
+	}
+	return append(s, subject{name: redisRateName, family: "peer", note: "GCRA, one EVALSHA per limit", scripted: true, baseline: true,
+		build: func(e *env) (*instance, error) { return buildRedisRate(e, false) }})
+}
+
+// buildOursIDs is buildOursTake with a new Request.ID on every request.
+func buildOursIDs(e *env, alg ratelimit.Algorithm) (*instance, error) {
+	var seq atomic.Int64
+	return buildOurs(e, alg, variant{}, func(e *env, st ratelimit.Store, pol *ratelimit.Policy) (*instance, error) {
+		keys := e.ids.keys
+		return &instance{op: func(ctx context.Context, id int) (bool, error) {
+			req := ratelimit.Request{Policy: pol, Keys: keys[id], Cost: 1, ID: "r" + strconv.FormatInt(seq.Add(1), 36)}
+			d, err := st.Take(ctx, req)
+			return !d.Allowed, err
+		}}, nil
+	})
+}
+
+// buildOursWait has every caller wait in line on one key of a policy of
+// waitRate per second (the token bucket's burst one second's worth).
+func buildOursWait(e *env, alg ratelimit.Algorithm) (*instance, error) {
+	st, c, _, err := ourStore(e, variant{})
+	if err != nil {
+		return nil, err
+	}
+	pol, err := ratelimit.NewPolicy("wait", alg, ratelimit.Limit{Rate: waitRate, Period: time.Second})
+	if err == nil {
+		var lim *ratelimit.Limiter
+		if lim, err = ratelimit.New(st, pol, ratelimit.WithTimeout(handlerTimeout)); err == nil {
+			return &instance{
+				op: func(ctx context.Context, _ int) (bool, error) {
+					_, err := lim.Wait(ctx, "job:1")
+					return false, err
+				},
+				close: func() { c.Close() },
+			}, nil
+		}
+	}
+	c.Close()
+	return nil, err
 }
 
 // subjects returns the rows of one section. batches are the
-// store.WithBatching values of the batched rows (scenarios a–c).
+// store.WithBatching values of the extra rows of scenarios a–c (0: the
+// store with batching off).
 func subjects(sc *scenario, batches []int) []subject {
 	if sc.memory {
 		return memorySubjects()
+	}
+	if sc.waits {
+		return waitSubjects()
 	}
 	var variants []variant
 	if sc.flood {
 		variants = []variant{{denyCache: true}}
 	} else {
 		for _, n := range batches {
-			variants = append(variants, variant{batch: n})
+			variants = append(variants, variant{setBatch: true, batch: n})
 		}
 	}
 	if sc.asIs {
@@ -229,7 +308,7 @@ func subjects(sc *scenario, batches []int) []subject {
 					continue // the sliding log above its largest rate
 				}
 				plain := "ours " + api + ", " + alg.String()
-				sub := subject{name: plain + v.suffix(batches), family: "ours", scripted: true}
+				sub := subject{name: plain + v.suffix(), family: "ours", scripted: true}
 				if v != (variant{}) {
 					sub.base = plain
 				}
@@ -244,16 +323,22 @@ func subjects(sc *scenario, batches []int) []subject {
 			}
 		}
 	}
-	redisRate := subject{name: redisRateName, family: "peer", note: "GCRA, one EVALSHA per limit", scripted: true, baseline: true, build: buildRedisRate}
+	redisRate := subject{name: redisRateName, family: "peer", note: "GCRA, one EVALSHA per limit", scripted: true, baseline: true,
+		build: func(e *env) (*instance, error) { return buildRedisRate(e, false) }}
 	if sc.asIs {
 		return append(s, redisRate) // the peers are compared in a–d
 	}
 	s = append(s, redisRate,
+		subject{name: redisRateAutoName, family: "peer", note: "redis_rate on go-redis's AutoPipeliner (`client.AutoPipeline()`): concurrent EVALSHAs share pipelines", scripted: true,
+			build: func(e *env) (*instance, error) { return buildRedisRate(e, true) }},
 		subject{name: "ulule/limiter v3", family: "peer", note: "fixed window, one EVALSHA per limit (charges denied requests too)", scripted: true, build: buildUlule},
 		subject{name: "throttled v2", family: "peer", note: "GCRA, pipeline TIME+GET then EVAL (CAS) per limit", build: buildThrottled},
 		subject{name: "go-chi/httprate-redis", family: "peer", note: "sliding-window counter, MGET then MULTI INCRBY EXPIRE EXEC per limit, under a per-limiter mutex", ownClient: true, build: buildHTTPRate},
 		subject{name: "floor: PING", family: "floor", note: "one PING per request", build: buildPing},
-		subject{name: "floor: EVALSHA return 1", family: "floor", note: "one EVALSHA of `return 1` per request", scripted: true, build: buildEvalFloor},
+		subject{name: floorName, family: "floor", note: "one EVALSHA of `return 1` per request", scripted: true,
+			build: func(e *env) (*instance, error) { return buildEvalFloor(e, false) }},
+		subject{name: batchedFloorName, family: "floor", note: "one EVALSHA of `return 1` per request through go-redis's AutoPipeliner: concurrent calls share pipelines", scripted: true,
+			build: func(e *env) (*instance, error) { return buildEvalFloor(e, true) }},
 	)
 	return s
 }
@@ -270,19 +355,14 @@ func policyOf(alg ratelimit.Algorithm, specs []limitSpec) (*ratelimit.Policy, er
 	return ratelimit.NewPolicy("bench", alg, limits...)
 }
 
-// minBatchPool is the least pool size of a batched row's client.
-const minBatchPool = 64
-
 // ourStore builds our Redis store for one cell, wrapped as v says, on a
 // client of its own.
 func ourStore(e *env, v variant) (ratelimit.Store, *redis.Client, *atomic.Int64, error) {
-	pool := e.conc
 	opts := []store.RedisOption{store.WithPrefix(e.prefix)}
-	if v.batch > 0 {
-		pool = max(pool, minBatchPool)
+	if v.setBatch {
 		opts = append(opts, store.WithBatching(v.batch))
 	}
-	c := e.newClient(pool)
+	c := e.newClient()
 	rs, err := store.NewRedis(c, opts...)
 	if err != nil {
 		c.Close()
@@ -423,9 +503,19 @@ func handlerOp(h http.Handler, reqs []*http.Request) opFunc {
 	}
 }
 
-func buildRedisRate(e *env) (*instance, error) {
-	c := e.newClient(e.conc)
-	rl := redis_rate.NewLimiter(c)
+func buildRedisRate(e *env, auto bool) (*instance, error) {
+	c := e.newClient()
+	var rl *redis_rate.Limiter
+	if auto {
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		rl = redis_rate.NewLimiter(ap)
+	} else {
+		rl = redis_rate.NewLimiter(c)
+	}
 	lims := make([]redis_rate.Limit, len(e.sc.limits))
 	for i, l := range e.sc.limits {
 		lims[i] = redis_rate.Limit{Rate: int(l.rate), Burst: int(l.rate), Period: l.period}
@@ -440,7 +530,7 @@ func buildRedisRate(e *env) (*instance, error) {
 }
 
 func buildUlule(e *env) (*instance, error) {
-	c := e.newClient(e.conc)
+	c := e.newClient()
 	st, err := ulredis.NewStoreWithOptions(c, limiter.StoreOptions{Prefix: e.prefix + "ul"})
 	if err != nil {
 		c.Close()
@@ -460,7 +550,7 @@ func buildUlule(e *env) (*instance, error) {
 }
 
 func buildThrottled(e *env) (*instance, error) {
-	c := e.newClient(e.conc)
+	c := e.newClient()
 	st, err := goredisstore.NewCtx(c, e.prefix+"th:")
 	if err != nil {
 		c.Close()
@@ -548,7 +638,7 @@ func buildHTTPRate(e *env) (*instance, error) {
 }
 
 func buildPing(e *env) (*instance, error) {
-	c := e.newClient(e.conc)
+	c := e.newClient()
 	return &instance{
 		op: func(ctx context.Context, _ int) (bool, error) {
 			return false, c.Ping(ctx).Err()
@@ -559,15 +649,24 @@ func buildPing(e *env) (*instance, error) {
 
 var returnOne = redis.NewScript("return 1")
 
-func buildEvalFloor(e *env) (*instance, error) {
-	c := e.newClient(e.conc)
+func buildEvalFloor(e *env, auto bool) (*instance, error) {
+	c := e.newClient()
 	if err := returnOne.Load(context.Background(), c).Err(); err != nil {
 		c.Close()
 		return nil, err
 	}
+	var run redis.Scripter = c
+	if auto {
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		run = ap
+	}
 	return &instance{
 		op: func(ctx context.Context, _ int) (bool, error) {
-			return false, returnOne.Run(ctx, c, nil).Err()
+			return false, returnOne.Run(ctx, run, nil).Err()
 		},
 		close: func() { c.Close() },
 	}, nil

@@ -2,18 +2,26 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 )
 
-// The targets of the issue "Performance: the fastest distributed limiter in
-// Go, shown side by side", each judged from this run's own tables.
+// The targets of the issues "Performance: the fastest distributed limiter
+// in Go, shown side by side" and "Fastest by default", each judged from
+// this run's own tables.
 const (
-	batchTarget     = 1.5 // batched ÷ unbatched ops/s, scenarios a–c
-	denyTarget      = 10  // deny cache ÷ Redis-bound ops/s, scenario d
-	memoryTarget    = 2   // ours ÷ sethvargo ns/op, memory section, one limit
+	oneVsUlule      = 1.1  // (a) ours, default algorithm ÷ ulule/limiter ops/s
+	oneVsRedisRate  = 1.5  // (a) ours ÷ redis_rate
+	threeVsRedis    = 3    // (b) ours ÷ redis_rate
+	threeVsUlule    = 2    // (b) ours ÷ ulule/limiter
+	floorShare      = 0.5  // (a) our rows ÷ the batched floor
+	p50Slack        = 1.1  // 1 caller: p50 ≤ this × the floor's p50 + the script's time
+	idleSlack       = 0.05 // 1 and 8 callers: default within 5% of WithBatching(0)
+	denyTarget      = 10   // deny cache ÷ Redis-bound ops/s, scenario d
+	memoryTarget    = 2    // ours ÷ sethvargo ns/op, memory section, one limit
 	runTimeTarget   = 4 * time.Minute
 	runTimeTolerant = 4*time.Minute + 15*time.Second // "about four minutes"
 )
@@ -136,24 +144,12 @@ func (r *report) targets() []target {
 		ts = append(ts, target{"(" + id + ") " + t.sc.shortTitle() + ": our fastest row vs the fastest peer", m, "headline", res})
 	}
 
-	// 1. Batching, scenarios a–c.
-	for _, id := range []string{"a", "b", "c"} {
-		t := r.table(id)
-		if t == nil {
-			continue
-		}
-		for _, n := range r.cfg.batches {
-			suffix := variant{batch: n}.suffix(r.cfg.batches)
-			m, met, all := perRow(t, suffix, ratioTo(t.baseOf), func(x float64) bool { return x >= batchTarget })
-			ts = append(ts, target{fmt.Sprintf("(%s) batched (WithBatching(%d)) vs ours unbatched, %d callers", id, n, r.cfg.conc), m,
-				fmt.Sprintf("≥ %.1f× for each row", batchTarget), verdict(met, all)})
-		}
-	}
+	ts = append(ts, r.defaultTargets()...)
 
 	// 2. Deny cache, scenario d.
 	if t := r.table("d"); t != nil {
 		atLeast := func(x float64) bool { return x >= denyTarget }
-		suffix := variant{denyCache: true}.suffix(nil)
+		suffix := variant{denyCache: true}.suffix()
 		m, met, all := perRow(t, suffix, ratioTo(t.baseOf), atLeast)
 		ts = append(ts, target{"(d) denied flood, deny cache vs ours uncached", m, fmt.Sprintf("≥ %d×", denyTarget), verdict(met, all)})
 		m, met, all = perRow(t, suffix, ratioTo(func(*cellResult) *cellResult { return t.row(redisRateName) }), atLeast)
@@ -244,6 +240,34 @@ func (r *report) targets() []target {
 		ts = append(ts, target{"(e) the unscaled policy, ours Take: Redis CPU per call", strings.Join(ps, "; "), "shown", "—"})
 	}
 
+	// Waiting in line and the cost of a Request.ID.
+	if t := r.table("w"); t != nil {
+		var ps []string
+		for _, alg := range []ratelimit.Algorithm{ratelimit.SlidingWindow, ratelimit.TokenBucket} {
+			plain, id := t.row("ours Take, "+alg.String()), t.row("ours Take, "+alg.String()+", Request.ID")
+			if !plain.ok() || !id.ok() {
+				continue
+			}
+			ps = append(ps, fmt.Sprintf("%s: %s× the ops/s, Redis CPU %s → %s µs per call", short(alg), ratioNum(id.opsPerSec()/plain.opsPerSec()),
+				num(plain.perOp(plain.redisCPU*1e6)), num(id.perOp(id.redisCPU*1e6))))
+		}
+		if len(ps) > 0 {
+			ts = append(ts, target{"(w) Take with a new Request.ID per request vs without", strings.Join(ps, "; "), "shown", "—"})
+		}
+		ps = nil
+		for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.SlidingWindow} {
+			row := t.row("ours Wait, " + alg.String() + ", one key")
+			if !row.ok() {
+				continue
+			}
+			ps = append(ps, fmt.Sprintf("%s: %s served/s, %s round trips each, p50 %s µs", short(alg), thousands(row.opsPerSec()),
+				perOpStr(row.perOp(float64(row.roundTrips))), num(us(row.hist.quantile(0.5)))))
+		}
+		if len(ps) > 0 {
+			ts = append(ts, target{fmt.Sprintf("(w) %d callers waiting in line on one key of %s/s", r.cfg.conc, thousands(waitRate)), strings.Join(ps, "; "), "served at the rate", "—"})
+		}
+	}
+
 	// 4. No row invalidated by errors (the Handler rows' 1s timeout keeps
 	// the circuit breaker closed).
 	bad, handlerErrs, rows := 0, uint64(0), 0
@@ -315,6 +339,137 @@ func (sc *scenario) shortTitle() string {
 		return "denied flood"
 	case "e":
 		return "three limits as they are"
+	case "w":
+		return "waiting in line, request IDs"
 	}
 	return sc.id
+}
+
+// defaultTargets judges the targets of "Fastest by default": our store with
+// no options against the peers at their defaults, the floors, and our store
+// with batching off.
+func (r *report) defaultTargets() []target {
+	var ts []target
+	def := "ours Take, " + ratelimit.SlidingWindow.String()
+	peers := func(id string, vsUlule, vsRR float64) {
+		t := r.table(id)
+		if t == nil {
+			return
+		}
+		ours, ul, rr, rra := t.row(def), t.row("ulule/limiter v3"), t.row(redisRateName), t.row(redisRateAutoName)
+		if !ours.ok() || !ul.ok() || !rr.ok() {
+			ts = append(ts, target{"(" + id + ") default store and algorithm vs the peers", "not measured", "", "not measured"})
+			return
+		}
+		a, b := ours.opsPerSec()/ul.opsPerSec(), ours.opsPerSec()/rr.opsPerSec()
+		m := fmt.Sprintf("%s ops/s = %s× ulule/limiter, %s× redis_rate", thousands(ours.opsPerSec()), ratioNum(a), ratioNum(b))
+		if rra.ok() {
+			m += fmt.Sprintf(" (%s× redis_rate on the AutoPipeliner)", ratioNum(ours.opsPerSec()/rra.opsPerSec()))
+		}
+		res := "**met**"
+		if a < vsUlule || b < vsRR {
+			res = "**missed**"
+		}
+		ts = append(ts, target{fmt.Sprintf("(%s) %s, %s: ours Take (no options, %s) vs the peers at their defaults", id, t.sc.shortTitle(), strconv.Itoa(r.cfg.conc)+" callers", short(ratelimit.SlidingWindow)),
+			m, fmt.Sprintf("≥ %s× ulule, ≥ %s× redis_rate", ratioNum(vsUlule), ratioNum(vsRR)), res})
+	}
+	peers("a", oneVsUlule, oneVsRedisRate)
+	peers("b", threeVsUlule, threeVsRedis)
+
+	// Our rows against the batched floor.
+	for _, id := range []string{"a", "b", "c"} {
+		t := r.table(id)
+		if t == nil {
+			continue
+		}
+		fl := t.row(batchedFloorName)
+		if !fl.ok() {
+			continue
+		}
+		m, met, all := perRow(t, "", ratioTo(func(*cellResult) *cellResult { return fl }), func(x float64) bool { return x >= floorShare })
+		want, res := fmt.Sprintf("≥ %.0f%% for each row", floorShare*100), verdict(met, all)
+		if id != "a" {
+			want, res = "reported", "—"
+		}
+		ts = append(ts, target{fmt.Sprintf("(%s) ours (no options) ÷ the batched floor (%s ops/s)", id, thousands(fl.opsPerSec())), m, want, res})
+	}
+
+	// Batching on by default: free when idle, a gain under load.
+	for _, id := range []string{"a", "b"} {
+		t := r.table(id)
+		if t == nil {
+			continue
+		}
+		var ps []string
+		met, all := 0, 0
+		for _, alg := range fullAlgorithms {
+			on, off := t.row("ours Take, "+alg.String()), t.row("ours Take, "+alg.String()+variant{setBatch: true}.suffix())
+			if !on.ok() || !off.ok() {
+				continue
+			}
+			all++
+			ops := on.opsPerSec() / off.opsPerSec()
+			p50 := float64(on.hist.quantile(0.5)) / float64(off.hist.quantile(0.5))
+			if ops >= 1-idleSlack && p50 <= 1+idleSlack {
+				met++
+			}
+			ps = append(ps, fmt.Sprintf("%s ops/s %s×, p50 %s×", short(alg), ratioNum(ops), ratioNum(p50)))
+		}
+		if all == 0 {
+			continue
+		}
+		want, res := "gain shown", "—"
+		if r.cfg.conc <= 8 {
+			want, res = fmt.Sprintf("ops/s ≥ %.2f×, p50 ≤ %.2f× (median of 3 runs: see SUMMARY.md)", 1-idleSlack, 1+idleSlack), verdict(met, all)
+		}
+		ts = append(ts, target{fmt.Sprintf("(%s) ours Take, no options (batching on) ÷ WithBatching(0), %d callers", id, r.cfg.conc), strings.Join(ps, "; "), want, res})
+	}
+
+	// One caller: close to one round trip.
+	if t := r.table("a"); t != nil {
+		ours, fl := t.row(def), t.row(floorName)
+		if ours.ok() && fl.ok() {
+			script := max(0, ours.perOp(ours.redisCPU*1e6)-fl.perOp(fl.redisCPU*1e6))
+			bound := p50Slack*us(fl.hist.quantile(0.5)) + script
+			got := us(ours.hist.quantile(0.5))
+			want, res := fmt.Sprintf("≤ %.1f× floor p50 + script time", p50Slack), "n/a (judged at -concurrency 1)"
+			if r.cfg.conc == 1 {
+				res = "**met**"
+				if got > bound {
+					res = "**missed**"
+				}
+			}
+			ts = append(ts, target{fmt.Sprintf("(a) p50 of ours Take (no options), %d caller(s)", r.cfg.conc),
+				fmt.Sprintf("%s µs; floor %s µs, script %s µs: bound %s µs", num(got), num(us(fl.hist.quantile(0.5))), num(script), num(bound)), want, res})
+		}
+	}
+
+	// Redis CPU per decision against ulule/limiter's, per limit checked.
+	var ps []string
+	met, all := 0, 0
+	for _, id := range []string{"a", "b"} {
+		t := r.table(id)
+		if t == nil {
+			continue
+		}
+		ours, ul := t.row(def), t.row("ulule/limiter v3")
+		if !ours.ok() || !ul.ok() {
+			continue
+		}
+		nl := float64(len(t.sc.limits))
+		o, u := ours.perOp(ours.redisCPU*1e6)/nl, ul.perOp(ul.redisCPU*1e6)/nl
+		all++
+		if o <= u {
+			met++
+		}
+		ps = append(ps, fmt.Sprintf("(%s) ours %s µs, ulule %s µs per limit", id, num(o), num(u)))
+	}
+	if all > 0 {
+		want, res := "≤ ulule/limiter's", verdict(met, all)
+		if r.cfg.conc != 64 {
+			res = "n/a (judged at 64 callers)"
+		}
+		ts = append(ts, target{fmt.Sprintf("Redis CPU per decision, ours Take (no options) vs ulule/limiter, %d callers", r.cfg.conc), strings.Join(ps, "; "), want, res})
+	}
+	return ts
 }
