@@ -220,7 +220,7 @@ func waitSubjects() []subject {
 			subject{name: plain, family: "ours", scripted: true, note: "store.Redis.Take, no options",
 				build: func(e *env) (*instance, error) { return buildOursTake(e, alg, variant{}) }},
 			subject{name: plain + ", Request.ID", family: "ours", scripted: true, base: plain,
-				note: "store.Redis.Take with a new Request.ID on every request: its ID record (one small hash per identity, kept for the policy's longest period) is written with the charge",
+				note:  "store.Redis.Take with a new Request.ID on every request: its ID record (one small hash per identity, kept for the policy's longest period) is written with the charge",
 				build: func(e *env) (*instance, error) { return buildOursIDs(e, alg) }})
 	}
 	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.SlidingWindow} {

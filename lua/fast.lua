@@ -1,6 +1,5 @@
 -- fast: take.lua for the common call, leaner: one key, no request ID, a
--- plain Take (no grant up to a cost, no reservation), and no sliding-log
--- limit. It reads and writes the same fields and replies in the same
+-- plain Take (no grant up to a cost, no reservation). It reads and writes the same fields and replies in the same
 -- layout as take.lua, which store/redis.go sends for every other call, but
 -- reads fewer of them (not the reservation's release, which only take.lua
 -- and refund.lua use; the penalty's limit only while a penalty runs) and
@@ -15,10 +14,18 @@ if now == 0 then
 end
 local cost, rid, key, find = tonumber(ARGV[2]), ARGV[3], KEYS[1], string.find
 
-local f, m = {1, 'b', 'x', 'd', 'g'}, 5
+local f, ch, m = {1, 'b', 'x', 'd', 'g'}, {}, 5
 for j = 0, 7 * (NL - 1), 7 do
   local kind, off = P[j + 1], P[j + 6]
-  if kind == 0 then
+  if kind == 1 then
+    -- A log: its oldest slot, and its chunks of slots when there are few
+    -- (kept as strings; more are read on demand).
+    f[m + 1], m = off, m + 1
+    local nch = ceil(P[j + 2] / P[j + 7])
+    if nch <= 8 then
+      for c = 1, nch do f[m + 1], ch[m + 1], m = off + c, true, m + 1 end
+    end
+  elseif kind == 0 then
     local n1, kb = P[j + 4] + 1, floor(now / P[j + 3])
     local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
     f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], m = off, a, a + n1, b, b + n1, m + 5
@@ -43,7 +50,9 @@ if v.err then
 end
 local s = {tonumber(v[1]) or 0}
 local sb, sx, d, sg = tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4], tonumber(v[5]) or 0
-for i = 6, m do s[tonumber(f[i])] = tonumber(v[i]) or 0 end
+for i = 6, m do
+  if ch[i] then s[tonumber(f[i])] = v[i] or false else s[tonumber(f[i])] = tonumber(v[i]) or 0 end
+end
 
 local c1 = cost
 if c1 == 0 then c1 = 1 end

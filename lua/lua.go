@@ -32,7 +32,7 @@ const unbaked = "local TTL, NL, BLOCK, IDTTL, RES, P\n"
 var Take = unbaked + counters + take
 
 // Fast is Take's lean path for the common call: one key, no request ID, a
-// plain Take, no sliding-log limit. It only exists baked (BakeFast).
+// plain Take. It only exists baked (BakeFast).
 var Fast = unbaked + counters + fast
 
 // Refund undoes one charge.

@@ -58,8 +58,7 @@ var (
 // the policy's limits written in, so a call carries only the time and
 // cost; Redis keeps one such script per distinct policy. Later policies
 // share the algorithm's script, which takes the limits as arguments. A
-// baked policy with no sliding-log limit also gets a leaner script for the
-// common call (one key, no request ID, a plain Take), which does the same
+// baked policy also gets a leaner script for the common call (one key, no request ID, a plain Take), which does the same
 // with fewer fields read and less work in Lua (lua/fast.lua).
 //
 // Redis ≥ 5 is required (scripts replicated by effects). A Redis is safe
@@ -672,20 +671,10 @@ func (r *Redis) WaitRefunds() { r.refunds.Wait() }
 type preparedTake struct {
 	script *redis.Script
 	tail   []any
-	// fast: the lean script of a baked policy with no sliding-log limit,
-	// for calls on one key with no request ID that neither grant up to a
-	// cost nor reserve (lua/fast.lua); nil otherwise.
+	// fast: the lean script of a baked policy, for calls on one key with
+	// no request ID that neither grant up to a cost nor reserve
+	// (lua/fast.lua); nil for a policy that is not baked.
 	fast *redis.Script
-}
-
-// hasLog reports whether a limit of p is counted by a log.
-func hasLog(p *ratelimit.Policy) bool {
-	for i := range p.NumLimits() {
-		if p.Counter(i) == ratelimit.CounterLog {
-			return true
-		}
-	}
-	return false
 }
 
 // luaParams lays out a policy for the scripts: 7 numbers per limit (kind,
@@ -750,10 +739,7 @@ func (r *Redis) prepared(pol *ratelimit.Policy) *preparedTake {
 	n := r.argCount + 1
 	var p *preparedTake
 	if n <= r.maxBaked {
-		p = &preparedTake{script: redis.NewScript(lua.Bake(b))}
-		if !hasLog(pol) {
-			p.fast = redis.NewScript(lua.BakeFast(b))
-		}
+		p = &preparedTake{script: redis.NewScript(lua.Bake(b)), fast: redis.NewScript(lua.BakeFast(b))}
 	} else {
 		res := "0"
 		if b.Reserve {

@@ -1026,7 +1026,7 @@ func (h *shaHook) last() string {
 
 // TestFastPathChosen: the lean script (lua/fast.lua) answers exactly the
 // calls it is written for (one key, no request ID, a plain Take, a baked
-// policy with no sliding log); every other call goes to the full script.
+// policy); every other call goes to the full script.
 func TestFastPathChosen(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -1075,8 +1075,23 @@ func TestFastPathChosen(t *testing.T) {
 			t.Fatalf("%s: sent script %s, want %s (fast %s, full %s)", c.what, got, c.want, fast, full)
 		}
 	}
-	logp := ratelimit.MustParsePolicy("5/s", ratelimit.WithAlgorithm(ratelimit.SlidingLog), ratelimit.Named("fastlog"))
-	if s.prepared(logp).fast != nil {
-		t.Fatal("a sliding-log policy got the fast script, which has no log")
+	for _, lp := range []*ratelimit.Policy{
+		ratelimit.MustParsePolicy("5/s", ratelimit.WithAlgorithm(ratelimit.SlidingLog), ratelimit.Named("fastlog")),
+		ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("fastexact")), // an exact log and sub-buckets
+	} {
+		if s.prepared(lp).fast == nil {
+			t.Fatalf("%s: a baked policy with a log got no fast script", lp.Name())
+		}
+		if _, err := s.Take(ctx, ratelimit.Request{Policy: lp, Keys: []string{"ip:1"}, Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.last(); got != s.prepared(lp).fast.Hash() {
+			t.Fatalf("%s: one key sent script %s, want the fast one", lp.Name(), got)
+		}
+	}
+	s.maxBaked = 0 // policies from now on are not baked
+	unbaked := ratelimit.MustParsePolicy("7/s", ratelimit.Named("fastunbaked"))
+	if s.prepared(unbaked).fast != nil {
+		t.Fatal("an unbaked policy got a fast script")
 	}
 }
