@@ -43,9 +43,9 @@ type config struct {
 	cpuprof   string
 }
 
-// Defaults sized so that the whole default run (a–c 19 rows each, d 20,
-// e 6, and 12 rows in the memory section: 95 cells) takes under four
-// minutes on a 2-core machine.
+// Defaults sized so that the whole default run (a–c 21 rows each, d 22,
+// e 6, w 7, and 12 rows in the memory section: 110 cells, plus retries)
+// takes about four minutes on a 2-core machine.
 const (
 	defaultDuration = 2 * time.Second
 	defaultWarmup   = 250 * time.Millisecond

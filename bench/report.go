@@ -347,7 +347,9 @@ func perHit(row *cellResult) string {
 	if hits <= 0 {
 		return "—"
 	}
-	return perOpStr(float64(row.roundTrips-row.storeCalls) / float64(hits))
+	// Every store call (cache miss) is at most one round trip, fewer when
+	// batched calls share one; any trip beyond them came from a hit.
+	return perOpStr(float64(max(0, row.roundTrips-row.storeCalls)) / float64(hits))
 }
 
 // perOpStr formats a count per op: two decimals, four when it is under

@@ -224,11 +224,11 @@ func waitSubjects() []subject {
 				build: func(e *env) (*instance, error) { return buildOursIDs(e, alg) }})
 	}
 	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.SlidingWindow} {
-		how := "reserves its place in line in the same script call"
+		how, name := "burst 1: reserves its place in line in the same script call, so waiters leave one every 100 µs", "ours Wait, token-bucket burst 1, one key"
 		if alg == ratelimit.SlidingWindow {
-			how = "sub-buckets cannot reserve: waits Retry-After and asks again"
+			how, name = "sub-buckets cannot reserve: waits Retry-After and asks again; it admits up to the rate in any window, so each round (after the pause while other rows run) starts with a full window", "ours Wait, sliding-window, one key"
 		}
-		s = append(s, subject{name: "ours Wait, " + alg.String() + ", one key", family: "ours", scripted: true,
+		s = append(s, subject{name: name, family: "ours", scripted: true,
 			note:  "Limiter.Wait(ctx, key) by every caller on one key under " + thousands(waitRate) + "/s: " + how,
 			build: func(e *env) (*instance, error) { return buildOursWait(e, alg) }})
 	}
@@ -250,13 +250,18 @@ func buildOursIDs(e *env, alg ratelimit.Algorithm) (*instance, error) {
 }
 
 // buildOursWait has every caller wait in line on one key of a policy of
-// waitRate per second (the token bucket's burst one second's worth).
+// waitRate per second (the token bucket with a burst of 1, so that it
+// paces from the first request of each round).
 func buildOursWait(e *env, alg ratelimit.Algorithm) (*instance, error) {
 	st, c, _, err := ourStore(e, variant{})
 	if err != nil {
 		return nil, err
 	}
-	pol, err := ratelimit.NewPolicy("wait", alg, ratelimit.Limit{Rate: waitRate, Period: time.Second})
+	opts := []ratelimit.PolicyOption{ratelimit.Named("wait"), ratelimit.WithAlgorithm(alg)}
+	if alg == ratelimit.TokenBucket {
+		opts = append(opts, ratelimit.WithBurst(1))
+	}
+	pol, err := ratelimit.ParsePolicy(strconv.Itoa(waitRate)+"/s", opts...)
 	if err == nil {
 		var lim *ratelimit.Limiter
 		if lim, err = ratelimit.New(st, pol, ratelimit.WithTimeout(handlerTimeout)); err == nil {
@@ -302,6 +307,8 @@ func subjects(sc *scenario, batches []int) []subject {
 				algs = algorithms
 			} else if sc.asIs {
 				continue
+			} else if api == "Handler" && v.setBatch && len(batches) == 1 {
+				continue // batching is below the Handler: the Take rows show it
 			}
 			for _, alg := range algs {
 				if _, err := policyOf(alg, sc.limits); err != nil {

@@ -162,7 +162,7 @@ func (r *report) targets() []target {
 				continue
 			}
 			rows++
-			if row.roundTrips == row.storeCalls {
+			if row.roundTrips <= row.storeCalls {
 				zero++
 			}
 			hitTrips = append(hitTrips, perHit(row))
@@ -255,12 +255,11 @@ func (r *report) targets() []target {
 			ts = append(ts, target{"(w) Take with a new Request.ID per request vs without", strings.Join(ps, "; "), "shown", "—"})
 		}
 		ps = nil
-		for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.SlidingWindow} {
-			row := t.row("ours Wait, " + alg.String() + ", one key")
-			if !row.ok() {
+		for _, row := range t.rows {
+			if !strings.HasPrefix(row.name, "ours Wait, ") || !row.ok() {
 				continue
 			}
-			ps = append(ps, fmt.Sprintf("%s: %s served/s, %s round trips each, p50 %s µs", short(alg), thousands(row.opsPerSec()),
+			ps = append(ps, fmt.Sprintf("%s: %s served/s, %s round trips each, p50 %s µs", row.name[len("ours Wait, "):], thousands(row.opsPerSec()),
 				perOpStr(row.perOp(float64(row.roundTrips))), num(us(row.hist.quantile(0.5)))))
 		}
 		if len(ps) > 0 {

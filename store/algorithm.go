@@ -14,7 +14,7 @@ import (
 // Tests hold the two to identical answers.
 //
 // State of one identity under one policy is a flat array of integers.
-// Fields 0 to 3 belong to the identity:
+// Fields 0 to 4 belong to the identity:
 //
 //	fTime     the time of the last charge (µs since the Unix epoch); a
 //	          request is never evaluated at an earlier time, so a clock
