@@ -18,14 +18,14 @@ type op struct {
 // keyState is one key's state and, after run, its outcome.
 type keyState struct {
 	st      []int64
-	t0      int64 // max(now, its last charge): a key is never evaluated earlier
-	t       int64 // the time it is evaluated at: t0, or a reservation's release time
-	skew    int64 // t0 - now when the clock stepped back, else 0
-	at      int64 // when it was charged (t, or the reservation's release time)
-	stats   []status
+	t0      int64    // max(now, its last charge): a key is never evaluated earlier
+	t       int64    // the time it is evaluated at: t0, or a reservation's release time
+	skew    int64    // t0 - now when the clock stepped back, else 0
+	at      int64    // when it was charged (t, or the reservation's release time)
+	stats   []status // one per limit, set by run (the caller gives the room)
 	charged bool
-	blocked bool // a penalty was set or is running: the state changed though not charged
-	tats    []int64
+	blocked bool    // a penalty was set or is running: the state changed though not charged
+	tats    []int64 // one per limit: a token bucket's TAT after the charge (the caller gives the room)
 }
 
 // outcome is the request's result.
@@ -126,17 +126,13 @@ func run(pol *ratelimit.Policy, lim []param, keys []*keyState, now int64, o op) 
 		granted = 0
 	}
 	for ki, k := range keys {
-		k.stats = k.stats[:0]
 		for i := range lim {
 			e := &evs[ki][i]
 			rem, reset := report(k.st, k.t, &lim[i], e, charged)
-			k.stats = append(k.stats, status{rem: rem, reset: reset, retry: e.retry})
+			k.stats[i] = status{rem: rem, reset: reset, retry: e.retry}
 		}
 		k.at = k.t
 		if charged > 0 {
-			if k.tats == nil {
-				k.tats = make([]int64, len(lim))
-			}
 			for i := range lim {
 				charge(k.st, k.t, &lim[i], &evs[ki][i], charged)
 				if lim[i].kind == ratelimit.CounterToken {

@@ -155,15 +155,16 @@ func reserveUS(d time.Duration) int64 {
 	return min(max(d, 0), ratelimit.MaxSpan).Microseconds()
 }
 
-// lockKeys locks the shards of keys in ascending order, each once, and
-// returns each key's shard and the unlock function.
-func (m *Memory) lockKeys(keys []string, shards *[MaxKeys]uint64) func() {
+// lockKeys locks the shards of keys in ascending order, each once: it
+// fills shards with each key's shard and returns the locked shards, in
+// order, within locked (arrays of the caller's, so that nothing is
+// allocated); unlockShards releases them.
+func (m *Memory) lockKeys(keys []string, shards, locked *[MaxKeys]uint64) []uint64 {
 	idx := shards[:len(keys)]
 	for i, k := range keys {
 		idx[i] = maphash.String(m.seed, k) & m.mask
 	}
-	var sorted [MaxKeys]uint64
-	order := sorted[:copy(sorted[:], idx)]
+	order := locked[:copy(locked[:], idx)]
 	if len(order) > 1 {
 		slices.Sort(order)
 		order = slices.Compact(order)
@@ -171,10 +172,12 @@ func (m *Memory) lockKeys(keys []string, shards *[MaxKeys]uint64) func() {
 	for _, s := range order {
 		m.shards[s].mu.Lock()
 	}
-	return func() {
-		for _, s := range order {
-			m.shards[s].mu.Unlock()
-		}
+	return order
+}
+
+func (m *Memory) unlockShards(order []uint64) {
+	for _, s := range order {
+		m.shards[s].mu.Unlock()
 	}
 }
 
@@ -198,9 +201,8 @@ func (m *Memory) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit
 	pid := req.Policy.ID()
 	ttl := req.Policy.TTL().Microseconds()
 
-	var shards [MaxKeys]uint64
-	unlock := m.lockKeys(req.Keys, &shards)
-	defer unlock()
+	var shards, locked [MaxKeys]uint64
+	defer m.unlockShards(m.lockKeys(req.Keys, &shards, &locked))
 	now := m.now().UnixMicro()
 
 	var mks [MaxKeys]memKey
@@ -215,6 +217,8 @@ func (m *Memory) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit
 	// Keys whose ID record answers for them are not decided again.
 	var (
 		states  [MaxKeys]keyState
+		stats   [MaxKeys][ratelimit.MaxLimits]status // states' stats and marks, here so that
+		tats    [MaxKeys][ratelimit.MaxLimits]int64  // run appends without allocating
 		ents    [MaxKeys]*memEntry
 		decided [MaxKeys]*keyState
 		records [MaxKeys]*idRecord
@@ -231,7 +235,7 @@ func (m *Memory) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit
 		}
 		e := m.entry(sh, mks[ki], now, nf, own)
 		ents[ki] = e
-		states[ki].st = e.f
+		states[ki].st, states[ki].stats, states[ki].tats = e.f, stats[ki][:len(lim)], tats[ki][:len(lim)]
 		decided[nd] = &states[ki]
 		nd++
 	}
@@ -402,9 +406,8 @@ func (m *Memory) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string)
 	if err := validateKeys(p, keys); err != nil {
 		return err
 	}
-	var shards [MaxKeys]uint64
-	unlock := m.lockKeys(keys, &shards)
-	defer unlock()
+	var shards, locked [MaxKeys]uint64
+	defer m.unlockShards(m.lockKeys(keys, &shards, &locked))
 	now := m.now().UnixMicro()
 	for ki, k := range keys {
 		sh := &m.shards[shards[ki]]
@@ -439,9 +442,8 @@ func (m *Memory) Refund(ctx context.Context, r ratelimit.Receipt) error {
 	}
 	var ps [ratelimit.MaxLimits]param
 	lim, nf := params(p, &ps)
-	var shards [MaxKeys]uint64
-	unlock := m.lockKeys(keys, &shards)
-	defer unlock()
+	var shards, locked [MaxKeys]uint64
+	defer m.unlockShards(m.lockKeys(keys, &shards, &locked))
 	now := m.now().UnixMicro()
 	stride := 2 + len(lim)
 	for ki, k := range keys {
