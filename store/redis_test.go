@@ -28,7 +28,8 @@ func realRedis() bool {
 }
 
 // stores returns the stores every conformance test runs against: memory,
-// Redis on miniredis, and Redis on a real redis-server (when one can be
+// Redis on miniredis (as NewRedis builds it, batching on, and with batching
+// off), and Redis on a real redis-server (when one can be
 // started; see internal/redistest).
 func stores(t *testing.T) map[string]ratelimit.Store {
 	t.Helper()
@@ -37,11 +38,11 @@ func stores(t *testing.T) map[string]ratelimit.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batched, err := NewRedis(redis.NewClient(&redis.Options{Addr: mr.Addr()}), WithBatching(4), WithPrefix("batched:"))
+	unbatched, err := NewRedis(redis.NewClient(&redis.Options{Addr: mr.Addr()}), WithBatching(0), WithPrefix("unbatched:"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]ratelimit.Store{"memory": NewMemory(), "miniredis": mini, "miniredis-batched": batched}
+	out := map[string]ratelimit.Store{"memory": NewMemory(), "miniredis": mini, "miniredis-unbatched": unbatched}
 	if realRedis() {
 		real, err := NewRedis(redistest.StartServer(t).Client(t))
 		if err != nil {
