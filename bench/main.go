@@ -43,8 +43,8 @@ type config struct {
 	cpuprof   string
 }
 
-// Defaults sized so that the whole default run (a–c 21 rows each, d 22,
-// e 6, w 7, and 12 rows in the memory section: 110 cells, plus retries)
+// Defaults sized so that the whole default run (a–c 18 rows each, d 22,
+// e 6, w 7, and 12 rows in the memory section: 101 cells, plus retries)
 // takes about four minutes on a 2-core machine.
 const (
 	defaultDuration = 2 * time.Second
