@@ -11,6 +11,36 @@
 local floor, ceil, sub, fmt = math.floor, math.ceil, string.sub, string.format
 local ZERO16 = '0000000000000000'
 
+-- fields appends to f, from index m + 1, the fields a call reads up front
+-- for every limit at time now: a sub-bucket ring's sum and the cost and
+-- latest admission of the current and the next sub-bucket; a log's oldest
+-- slot and, when it has few, its chunks (marked in ch: kept as strings); a
+-- window's or a bucket's own fields. It returns the new m; other fields are
+-- read on demand.
+local function fields(f, ch, m, now)
+  for j = 0, 7 * (NL - 1), 7 do
+    local kind, off = P[j + 1], P[j + 6]
+    if kind == 0 then
+      local n1, kb = P[j + 4] + 1, floor(now / P[j + 3])
+      local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
+      f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], m = off, a, a + n1, b, b + n1, m + 5
+    elseif kind == 1 then
+      f[m + 1], m = off, m + 1
+      local nch = ceil(P[j + 2] / P[j + 7])
+      if nch <= 8 then
+        for c = 1, nch do f[m + 1], ch[m + 1], m = off + c, true, m + 1 end
+      end
+    elseif kind == 3 then
+      f[m + 1], m = off, m + 1
+    elseif kind == 2 then
+      f[m + 1], f[m + 2], m = off, off + 1, m + 2
+    else
+      f[m + 1], f[m + 2], f[m + 3], m = off, off + 1, off + 2, m + 3
+    end
+  end
+  return m
+end
+
 -- bload loads the cost and latest-admission fields of buckets from..to.
 local function bload(s, key, j, from, to)
   local off, n1 = P[j + 6], P[j + 4] + 1

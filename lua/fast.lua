@@ -14,29 +14,8 @@ if now == 0 then
 end
 local cost, rid, key, find = tonumber(ARGV[2]), ARGV[3], KEYS[1], string.find
 
-local f, ch, m = {1, 'b', 'x', 'd', 'g'}, {}, 5
-for j = 0, 7 * (NL - 1), 7 do
-  local kind, off = P[j + 1], P[j + 6]
-  if kind == 1 then
-    -- A log: its oldest slot, and its chunks of slots when there are few
-    -- (kept as strings; more are read on demand).
-    f[m + 1], m = off, m + 1
-    local nch = ceil(P[j + 2] / P[j + 7])
-    if nch <= 8 then
-      for c = 1, nch do f[m + 1], ch[m + 1], m = off + c, true, m + 1 end
-    end
-  elseif kind == 0 then
-    local n1, kb = P[j + 4] + 1, floor(now / P[j + 3])
-    local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
-    f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], m = off, a, a + n1, b, b + n1, m + 5
-  elseif kind == 2 then
-    f[m + 1], f[m + 2], m = off, off + 1, m + 2
-  elseif kind == 3 then
-    f[m + 1], m = off, m + 1
-  else
-    f[m + 1], f[m + 2], f[m + 3], m = off, off + 1, off + 2, m + 3
-  end
-end
+local f, ch = {1, 'b', 'x', 'd', 'g'}, {}
+local m = fields(f, ch, 5, now)
 for i = 1, m do
   if type(f[i]) == 'number' then f[i] = fmt('%d', f[i]) end
 end

@@ -42,27 +42,8 @@ for k = 1, nk do
     end
   end
   if not REC[k] then
-    local f, ch, m = {1, 'b', 'l', 'r', 'x', 'd', 'g'}, {}, 7
-    for j = 0, 7 * (NL - 1), 7 do
-      local kind, off = P[j + 1], P[j + 6]
-      if kind == 0 then
-        local n1, kb = P[j + 4] + 1, floor(now / P[j + 3])
-        local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
-        f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], m = off, a, a + n1, b, b + n1, m + 5
-      elseif kind == 1 then
-        f[m + 1], m = off, m + 1
-        local nch = ceil(P[j + 2] / P[j + 7])
-        if nch <= 8 then
-          for c = 1, nch do f[m + 1], ch[m + 1], m = off + c, true, m + 1 end
-        end
-      elseif kind == 3 then
-        f[m + 1], m = off, m + 1
-      elseif kind == 2 then
-        f[m + 1], f[m + 2], m = off, off + 1, m + 2
-      else
-        f[m + 1], f[m + 2], f[m + 3], m = off, off + 1, off + 2, m + 3
-      end
-    end
+    local f, ch = {1, 'b', 'l', 'r', 'x', 'd', 'g'}, {}
+    local m = fields(f, ch, 7, now)
     local v = redis.pcall('HMGET', KEYS[k], unpack(f))
     if v.err then
       if not string.find(v.err, 'WRONGTYPE', 1, true) then return v end
