@@ -244,6 +244,55 @@ local function report(s, key, j, t, used, total, avail, ch)
   return rem, reset
 end
 
+-- settle finishes one key's part of a take reply (from index o: kind, at,
+-- refund count, then 4 numbers per limit) and writes its fields. A running
+-- penalty (until sb, reported on limit sl) denies and says how long it
+-- lasts; else a denial that may start one (start) sets BLOCK on the limit
+-- that waits longest. A clock that stepped back by skew lengthens every
+-- wait by it. Then the changed fields w[1..wo-1] are written, as strings,
+-- and the expiry (recorded in x, now sx) is pushed a quarter ttl past need
+-- when it falls short of it, so a busy key's expiry is refreshed once per
+-- quarter ttl.
+local function settle(key, out, o, w, wo, changed, sb, sl, t0, start, skew, need, sx, now)
+  if sb > t0 then
+    local p = o + 3 + 4 * sl
+    local left = sb - t0
+    if out[p + 2] >= 0 and out[p + 2] < left then out[p + 2] = left end
+    if out[p + 1] < left then out[p + 1] = left end
+    out[p] = 0
+  elseif start and BLOCK > 0 then
+    local worst
+    for i = 0, NL - 1 do
+      local r = out[o + 5 + 4 * i]
+      if r > 0 and (not worst or r > out[o + 5 + 4 * worst]) then worst = i end
+    end
+    if worst then
+      local p = o + 3 + 4 * worst
+      if out[p + 2] < BLOCK then out[p + 2] = BLOCK end
+      if out[p + 1] < BLOCK then out[p + 1] = BLOCK end
+      out[p] = 0
+      w[wo], w[wo + 1], w[wo + 2], w[wo + 3], wo = 'b', t0 + BLOCK, 'l', worst, wo + 4
+      changed = true
+    end
+  end
+  if skew > 0 then
+    for i = 0, NL - 1 do
+      local p = o + 3 + 4 * i
+      if out[p + 2] > 0 then out[p + 2] = out[p + 2] + skew end
+      if out[p + 1] > 0 then out[p + 1] = out[p + 1] + skew end
+    end
+  end
+  if not changed then return end
+  if sx < need then
+    w[wo], w[wo + 1], wo = 'x', need + TTL * 250, wo + 2
+  end
+  for i = 1, wo - 1 do
+    if type(w[i]) == 'number' then w[i] = fmt('%d', w[i]) end
+  end
+  redis.call('HSET', key, unpack(w))
+  if sx < need then redis.call('PEXPIRE', key, ceil((need + TTL * 250 - now) / 1000) + 1) end
+end
+
 -- lwrite sets the slots of positions pos..pos+c-1 (ring order) of a log to
 -- the 16-digit time ts, appending the changed chunk fields to out.
 local function lwrite(s, key, j, pos, c, ts, out, o)

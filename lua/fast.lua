@@ -87,48 +87,8 @@ if charged > 0 then
   out[6] = 1
   changed = true
 end
-if sb > t0 then
-  local p = 9 + 4 * (tonumber(redis.call('HGET', key, 'l')) or 0)
-  local left = sb - t0
-  if out[p + 2] >= 0 and out[p + 2] < left then out[p + 2] = left end
-  if out[p + 1] < left then out[p + 1] = left end
-  out[p] = 0
-elseif not allowed and BLOCK > 0 and cost > 0 then
-  local worst
-  for i = 0, NL - 1 do
-    local r = out[11 + 4 * i]
-    if r > 0 and (not worst or r > out[11 + 4 * worst]) then worst = i end
-  end
-  if worst then
-    local p = 9 + 4 * worst
-    if out[p + 2] < BLOCK then out[p + 2] = BLOCK end
-    if out[p + 1] < BLOCK then out[p + 1] = BLOCK end
-    out[p] = 0
-    w[wo], w[wo + 1], w[wo + 2], w[wo + 3], wo = 'b', fmt('%d', t0 + BLOCK), 'l', worst, wo + 4
-    changed = true
-  end
-end
-if t0 > now then
-  local sk = t0 - now -- the clock stepped back: waits get longer by it
-  for i = 0, NL - 1 do
-    local p = 9 + 4 * i
-    if out[p + 2] > 0 then out[p + 2] = out[p + 2] + sk end
-    if out[p + 1] > 0 then out[p + 1] = out[p + 1] + sk end
-  end
-end
-if changed then
-  for i = 1, wo - 1 do
-    if type(w[i]) == 'number' then w[i] = fmt('%d', w[i]) end
-  end
-  local ttl = TTL * 1000
-  local need = t0 + ttl
-  if sx < need then
-    local x = need + ttl / 4
-    w[wo], w[wo + 1] = 'x', fmt('%d', x)
-    redis.call('HSET', key, unpack(w))
-    redis.call('PEXPIRE', key, ceil((x - now) / 1000) + 1)
-  else
-    redis.call('HSET', key, unpack(w))
-  end
-end
+local sl, skew = 0, 0
+if sb > t0 then sl = tonumber(redis.call('HGET', key, 'l')) or 0 end
+if t0 > now then skew = t0 - now end
+settle(key, out, 6, w, wo, changed, sb, sl, t0, not allowed and cost > 0, skew, t0 + TTL * 1000, sx, now)
 return out

@@ -232,52 +232,12 @@ for k = 1, nk do
       out[o] = 1
       changed = true
     end
-    -- Penalties: a running one denies and says how long it lasts; a
-    -- denial starts one on each key whose limits denied.
-    if s.b > t0 then
-      local p = o + 3 + 4 * s.l
-      local left = s.b - t0
-      if out[p + 2] >= 0 and out[p + 2] < left then out[p + 2] = left end
-      if out[p + 1] < left then out[p + 1] = left end
-      out[p] = 0
-    elseif not allowed and BLOCK > 0 and cost > 0 and not upto then
-      local worst
-      for i = 0, NL - 1 do
-        local r = out[o + 5 + 4 * i]
-        if r > 0 and (not worst or r > out[o + 5 + 4 * worst]) then worst = i end
-      end
-      if worst then
-        local p = o + 3 + 4 * worst
-        if out[p + 2] < BLOCK then out[p + 2] = BLOCK end
-        if out[p + 1] < BLOCK then out[p + 1] = BLOCK end
-        out[p] = 0
-        w[wo], w[wo + 1], w[wo + 2], w[wo + 3], wo = 'b', fmt('%d', t0 + BLOCK), 'l', worst, wo + 4
-        changed = true
-      end
-    end
-    if release == 0 and t0 > now then
-      local sk = t0 - now -- the clock stepped back: waits get longer by it
-      for i = 0, NL - 1 do
-        local p = o + 3 + 4 * i
-        if out[p + 2] > 0 then out[p + 2] = out[p + 2] + sk end
-        if out[p + 1] > 0 then out[p + 1] = out[p + 1] + sk end
-      end
-    end
-    if changed then
-      -- The key must outlive what it records by ttl; x says until when it
-      -- is kept. Only when that falls short is it pushed a quarter ttl
-      -- further, so a busy key's expiry is refreshed once per quarter ttl.
-      local need = t0 + ttl
-      if t > t0 then need = t + ttl end
-      if s.x < need then
-        local x = need + ttl / 4
-        w[wo], w[wo + 1], wo = 'x', fmt('%d', x), wo + 2
-        redis.call('HSET', key, unpack(w))
-        redis.call('PEXPIRE', key, ceil((x - now) / 1000) + 1)
-      else
-        redis.call('HSET', key, unpack(w))
-      end
-    end
+    -- Penalties, a clock that stepped back, the write and the expiry: the
+    -- key must outlive what it records by ttl.
+    local skew, need = 0, t0 + ttl
+    if release == 0 and t0 > now then skew = t0 - now end
+    if t > t0 then need = t + ttl end
+    settle(key, out, o, w, wo, changed, s.b, s.l, t0, not allowed and cost > 0 and not upto, skew, need, s.x, now)
     if hasid and charged > 0 and not (RECE[k] and RECE[k] > now) then
       local v = {charged, t}
       for i = 0, NL - 1 do
