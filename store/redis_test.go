@@ -53,6 +53,20 @@ func stores(t *testing.T) map[string]ratelimit.Store {
 	return out
 }
 
+// miniStore returns a Redis store with opts on its own client of a fresh
+// miniredis, closed when the test ends.
+func miniStore(t *testing.T, opts ...RedisOption) (*miniredis.Miniredis, *redis.Client, *Redis) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	s, err := NewRedis(client, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mr, client, s
+}
+
 func mustTake(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, cost int64, keys ...string) ratelimit.Decision {
 	t.Helper()
 	d, err := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: keys, Cost: cost})
@@ -627,13 +641,7 @@ func waitRefunded(t *testing.T, s *Redis, p *ratelimit.Policy, key string, rem, 
 // pipelines and still admit exactly the limit; a script flush is
 // recovered from; sequential Takes give the decisions of the memory store.
 func TestBatchingSameDecisions(t *testing.T) {
-	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { client.Close() })
-	s, err := NewRedis(client, WithBatching(2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, client, s := miniStore(t, WithBatching(2))
 	p := ratelimit.MustParsePolicy("100/24h, 1000/48h", ratelimit.Named("batch"))
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -716,13 +724,7 @@ func TestBatchingZeroTurnsOff(t *testing.T) {
 // TestPreparedOncePerPolicy: many first calls racing on one policy prepare
 // it once, so they use up one of the store's baked scripts, not many.
 func TestPreparedOncePerPolicy(t *testing.T) {
-	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { client.Close() })
-	s, err := NewRedis(client)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, s := miniStore(t)
 	for round := 0; round < 5; round++ {
 		p := ratelimit.MustParsePolicy("100/s, 1000/m", ratelimit.Named(fmt.Sprintf("race%d", round)))
 		start := make(chan struct{})
@@ -922,13 +924,7 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // while every slot is busy queue and share one pipeline, sent as soon as a
 // slot frees; every decision is exact.
 func TestBatchingInlineThenShared(t *testing.T) {
-	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { client.Close() })
-	s, err := NewRedis(client, WithBatching(2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, client, s := miniStore(t, WithBatching(2))
 	p := ratelimit.MustParsePolicy("5/h", ratelimit.Named("inline"))
 	mustTake(t, s, p, 0, "warm") // loads the script before the gate shuts
 	h := &gateHook{gate: make(chan struct{})}
@@ -1029,13 +1025,7 @@ func (h *shaHook) last() string {
 // calls it is written for (one key, no request ID, a plain Take, a baked
 // policy); every other call goes to the full script.
 func TestFastPathChosen(t *testing.T) {
-	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { client.Close() })
-	s, err := NewRedis(client, WithBatching(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, client, s := miniStore(t, WithBatching(0))
 	h := &shaHook{}
 	client.AddHook(h)
 	ctx := context.Background()
