@@ -1,16 +1,22 @@
 -- fast: take.lua for the common call, leaner: one key, no request ID, a
--- plain Take (no grant up to a cost, no reservation). It reads and writes the same fields and replies in the same
--- layout as take.lua, which store/redis.go sends for every other call, but
--- reads fewer of them (not the reservation's release, which only take.lua
--- and refund.lua use; the penalty's limit only while a penalty runs) and
--- passes Redis field names and numbers as strings it formats itself.
--- Preceded by counters.lua and a baked policy.
+-- plain Take (no grant up to a cost, no reservation). It reads and writes
+-- the same fields and replies in the same layout as take.lua, which
+-- store/redis.go sends for every other call, but reads fewer of them (not
+-- the reservation's release, which only take.lua and refund.lua use; the
+-- penalty's limit only while a penalty runs).
+-- BakeFast wraps it, with counters.lua, in a function general(now, v) and
+-- puts before it code written for the one policy (see hot.go) that answers
+-- an admitted call itself and hands every other one over here, with the
+-- time it read (now) and the reply of its HMGET (v), which asks for the
+-- same fields as fields() below; either is nil when not read yet.
 -- KEYS[1]: the identity's hash. ARGV: now (µs; 0 = read Redis TIME), cost,
 -- resend ID ('' none).
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local tm = redis.call('TIME')
-  now = tm[1] * 1000000 + tm[2]
+if not now then
+  now = tonumber(ARGV[1])
+  if now == 0 then
+    local tm = redis.call('TIME')
+    now = tm[1] * 1000000 + tm[2]
+  end
 end
 local cost, rid, key, find = tonumber(ARGV[2]), ARGV[3], KEYS[1], string.find
 
@@ -20,7 +26,7 @@ for i = 1, m do
   if type(f[i]) == 'number' then f[i] = fmt('%d', f[i]) end
 end
 local flags = 0
-local v = redis.pcall('HMGET', key, unpack(f))
+if not v then v = redis.pcall('HMGET', key, unpack(f)) end
 if v.err then
   if not string.find(v.err, 'WRONGTYPE', 1, true) then return v end
   redis.log(redis.LOG_WARNING, 'ratelimit: ' .. key .. ' held another type; replaced with fresh counters')

@@ -32,8 +32,9 @@ const unbaked = "local TTL, NL, BLOCK, IDTTL, RES, P\n"
 var Take = unbaked + counters + take
 
 // Fast is Take's lean path for the common call: one key, no request ID, a
-// plain Take. It only exists baked (BakeFast).
-var Fast = unbaked + counters + fast
+// plain Take, as the function general(now, v) that BakeFast calls when its
+// common path (hot.go) does not answer. It only exists baked (BakeFast).
+var Fast = unbaked + "local function general(now, v)\n" + counters + fast + "end\n"
 
 // Refund undoes one charge.
 var Refund = unbaked + counters + refund
@@ -57,10 +58,21 @@ type Baked struct {
 // few dozen arguments on every call.
 func Bake(b Baked) string { return bake(b, Take) }
 
-// BakeFast returns Fast with one policy's parameters written into it. Its
-// ARGV: now (µs; 0 = Redis TIME), cost, resend ID. The reply is laid out
-// as Take's.
-func BakeFast(b Baked) string { return bake(b, Fast) }
+// BakeFast returns Fast with one policy's parameters written into it,
+// followed by code written for that policy alone (see hot) that answers a
+// call every limit admits and hands the rest to Fast. Its ARGV: now (µs; 0
+// = Redis TIME), cost, resend ID. The reply is laid out as Take's.
+func BakeFast(b Baked) string { return bakeFast(b, true) }
+
+// bakeFast is BakeFast; with common false, every call goes to Fast (the
+// tests compare the two).
+func bakeFast(b Baked, common bool) string {
+	tail := "return general()\n"
+	if common {
+		tail = hot(b)
+	}
+	return bake(b, Fast) + tail
+}
 
 func bake(b Baked, script string) string {
 	if len(b.P)%7 != 0 {
