@@ -23,12 +23,15 @@ import (
 // (small integers, which Redis turns into the same digits), values through
 // string.format('%d'), and every product or quotient as a Lua expression,
 // so the doubles are those counters.lua computes.
+// CommonMark opens the common path in a script BakeFast returns.
+const CommonMark = "-- the common path"
+
 func hot(b Baked) string {
 	var s strings.Builder
 	nl := len(b.P) / 7
 	for i := 0; i < nl; i++ {
 		if b.P[7*i] == 1 { // a log: general only
-			return "return general()\n"
+			return CommonMark + "\nreturn general()\n"
 		}
 	}
 	minCap := int64(-1)
@@ -38,7 +41,8 @@ func hot(b Baked) string {
 		}
 	}
 	w := func(format string, a ...any) { fmt.Fprintf(&s, format, a...) }
-	w(`local now = tonumber(ARGV[1])
+	w(`%s
+local now = tonumber(ARGV[1])
 if now == 0 then
   local tm = redis.call('TIME')
   now = tm[1] * 1000000 + tm[2]
@@ -46,7 +50,7 @@ end
 local cost, rid, key = tonumber(ARGV[2]), ARGV[3], KEYS[1]
 if cost < 1 or cost > %d then return general(now) end
 local floor, fmt = math.floor, string.format
-`, minCap)
+`, CommonMark, minCap)
 	// The fields, in fields()'s order: field numbers, or the Lua
 	// expressions of a sub-bucket ring's current and next sub-bucket.
 	fields := []string{"1", "'b'", "'x'", "'d'", "'g'"}
@@ -74,19 +78,21 @@ local floor, fmt = math.floor, string.format
 	w(`if v.err then return general(now, v) end
 local s1, sb, sx, d = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4]
 if s1 > now or sb > now or (rid ~= '' and d and string.find(d, rid, 1, true)) then return general(now, v) end
-local out = {1, now, cost, 0, 0, 1, now, tonumber(v[5]) or 0`)
-	for i := 0; i < nl; i++ {
-		w(", 0, 0, 0, 0")
-	}
-	w("}\nlocal wr, wo = {}, 0\n")
+`)
+	// Each limit leaves its reply in r<i> (remaining), e<i> (reset) and, for
+	// a token bucket, q<i> (the new arrival time), and the values it writes
+	// in x<i>, y<i>, z<i>; hset lists the fields and values.
+	var hset, reply []string
+	clears := []int{}
 	for i := 0; i < nl; i++ {
 		kind, capacity, width, n, period, off := b.P[7*i], b.P[7*i+1], b.P[7*i+2], b.P[7*i+3], b.P[7*i+4], b.P[7*i+5]
-		m, p := at[i], 9+4*i
-		w("do\n")
+		m := at[i]
 		switch kind {
 		case 0: // sub-bucket ring (store/algorithm.go's buckets)
-			w(`  local h = floor(s1 / %[1]d)
-  local u, tot, cur, clear = 0, 0, 0, false
+			w(`local r%[2]d, x%[2]d, y%[2]d, z%[2]d, c%[2]d
+do
+  local h = floor(s1 / %[1]d)
+  local u, tot, cur = 0, 0, 0
   if k%[2]d - h <= 1 then
     tot, cur = tonumber(v[%[3]d]) or 0, tonumber(v[%[4]d]) or 0
     if k%[2]d > h then tot, cur = tot - cur, 0 end
@@ -96,42 +102,43 @@ local out = {1, now, cost, 0, 0, 1, now, tonumber(v[5]) or 0`)
   elseif k%[2]d - h < %[7]d then
     return general(now, v)
   else
-    clear = s1 ~= 0
+    c%[2]d = s1 ~= 0
   end
   if u + cost > %[8]d then return general(now, v) end
-  out[%[9]d], out[%[10]d] = %[8]d - u - cost, %[11]d
-  if clear then
-    local e = tonumber(v[%[5]d]) or 0
-    for q = k%[2]d - %[12]d, k%[2]d - 1 do
-      local x = %[13]d + q %% %[7]d
-      if x ~= b%[2]d or e ~= 0 then
-        wr[wo + 1], wr[wo + 2], wr[wo + 3], wr[wo + 4], wo = x, 0, x + %[7]d, 0, wo + 4
-      end
-    end
-  end
-  wr[wo + 1], wr[wo + 2], wr[wo + 3], wr[wo + 4], wo = a%[2]d, fmt('%%d', cur + cost), a%[2]d + %[7]d, fmt('%%d', now - k%[2]d * %[1]d), wo + 4
-  wr[wo + 1], wr[wo + 2], wo = %[14]d, fmt('%%d', tot + cost), wo + 2
-`, width, i, m, m+1, m+3, m+4, n+1, capacity, p, p+1, period, n, off+1, off)
+  r%[2]d, x%[2]d, y%[2]d, z%[2]d = %[8]d - u - cost, fmt('%%d', cur + cost), fmt('%%d', now - k%[2]d * %[1]d), fmt('%%d', tot + cost)
+end
+`, width, i, m, m+1, m+3, m+4, n+1, capacity)
+			hset = append(hset, fmt.Sprintf("a%d, x%d, a%d + %d, y%d, %d, z%d", i, i, i, n+1, i, off, i))
+			reply = append(reply, fmt.Sprintf("r%d, %d, 0, 0", i, period))
+			clears = append(clears, i)
 		case 2: // fixed window
-			w(`  local u = 0
+			w(`local r%[2]d, e%[2]d, x%[2]d = 0, 0, 0
+do
+  local u = 0
   if (tonumber(v[%[1]d]) or 0) == k%[2]d then u = tonumber(v[%[3]d]) or 0 end
   if u + cost > %[4]d then return general(now, v) end
-  out[%[5]d] = %[4]d - u - cost
-  if u + cost > 0 then out[%[6]d] = (k%[2]d + 1) * %[7]d - now end
-  wr[wo + 1], wr[wo + 2], wr[wo + 3], wr[wo + 4], wo = %[8]d, fmt('%%d', k%[2]d), %[9]d, fmt('%%d', u + cost), wo + 4
-`, m, i, m+1, capacity, p, p+1, width, off, off+1)
+  r%[2]d, x%[2]d = %[4]d - u - cost, fmt('%%d', u + cost)
+  if u + cost > 0 then e%[2]d = (k%[2]d + 1) * %[5]d - now end
+end
+`, m, i, m+1, capacity, width)
+			hset = append(hset, fmt.Sprintf("%d, fmt('%%d', k%d), %d, x%d", off, i, off+1, i))
+			reply = append(reply, fmt.Sprintf("r%d, e%d, 0, 0", i, i))
 		case 3: // token bucket (GCRA): the theoretical arrival time
-			w(`  local u = tonumber(v[%[1]d]) or 0
-  if u < now then u = now end
-  if u + cost * %[2]d - now > %[3]d * %[2]d then return general(now, v) end
-  local tat = u + cost * %[2]d
-  local x, rem = %[3]d * %[2]d - (tat - now), 0
-  if x > 0 then rem = floor(x / %[2]d) end
-  out[%[4]d], out[%[5]d], out[%[6]d] = rem, tat - now, tat
-  wr[wo + 1], wr[wo + 2], wo = %[7]d, fmt('%%d', tat), wo + 2
-`, m, width, capacity, p, p+1, p+3, off)
+			w(`local r%[4]d, q%[4]d = 0, tonumber(v[%[1]d]) or 0
+if q%[4]d < now then q%[4]d = now end
+if q%[4]d + cost * %[2]d - now > %[3]d * %[2]d then return general(now, v) end
+q%[4]d = q%[4]d + cost * %[2]d
+do
+  local x = %[3]d * %[2]d - (q%[4]d - now)
+  if x > 0 then r%[4]d = floor(x / %[2]d) end
+end
+`, m, width, capacity, i)
+			hset = append(hset, fmt.Sprintf("%d, fmt('%%d', q%d)", off, i))
+			reply = append(reply, fmt.Sprintf("r%d, q%d - now, 0, q%d", i, i, i))
 		default: // two windows weighted (CounterApprox)
-			w(`  local win, u, tot = tonumber(v[%[1]d]) or 0, 0, 0
+			w(`local r%[7]d, e%[7]d, x%[7]d, z%[7]d = 0, 0, 0, 0
+do
+  local win, u, tot = tonumber(v[%[1]d]) or 0, 0, 0
   if win == k%[2]d then
     u, tot = tonumber(v[%[3]d]) or 0, tonumber(v[%[4]d]) or 0
   elseif win == k%[2]d - 1 then
@@ -141,33 +148,53 @@ local out = {1, now, cost, 0, 0, 1, now, tonumber(v[5]) or 0`)
   local a = floor((%[6]d - u) - tot * (%[5]d - e) / %[5]d)
   if a < 0 then a = 0 end
   if cost > a then return general(now, v) end
-  out[%[7]d] = a - cost
+  r%[7]d, x%[7]d, z%[7]d = a - cost, fmt('%%d', u + cost), fmt('%%d', tot)
   if u + cost > 0 then
-    out[%[8]d] = (k%[2]d + 2) * %[5]d - now
+    e%[7]d = (k%[2]d + 2) * %[5]d - now
   elseif tot > 0 then
-    out[%[8]d] = (k%[2]d + 1) * %[5]d - now
+    e%[7]d = (k%[2]d + 1) * %[5]d - now
   end
-  wr[wo + 1], wr[wo + 2], wr[wo + 3], wr[wo + 4], wo = %[9]d, fmt('%%d', k%[2]d), %[10]d, fmt('%%d', u + cost), wo + 4
-  wr[wo + 1], wr[wo + 2], wo = %[11]d, fmt('%%d', tot), wo + 2
-`, m, i, m+1, m+2, width, capacity, p, p+1, off, off+1, off+2)
+end
+`, m, i, m+1, m+2, width, capacity, i)
+			hset = append(hset, fmt.Sprintf("%d, fmt('%%d', k%d), %d, x%d, %d, z%d", off, i, off+1, i, off+2, i))
+			reply = append(reply, fmt.Sprintf("r%d, e%d, 0, 0", i, i))
 		}
-		w("end\n")
 	}
-	w(`wr[wo + 1], wr[wo + 2], wo = 1, fmt('%%d', now), wo + 2
+	// A sub-bucket ring charged after a whole window without a charge
+	// clears the sub-buckets of that window first, as fast.lua does: every
+	// one but the next (the only one read), which it clears when it holds
+	// cost. The zeros go in a write of their own, only then.
+	for _, i := range clears {
+		n, off := b.P[7*i+3], b.P[7*i+5]
+		w(`if c%[1]d then
+  local zs, e, o = {}, tonumber(v[%[2]d]) or 0, 0
+  for q = k%[1]d - %[3]d, k%[1]d - 1 do
+    local x = %[4]d + q %% %[5]d
+    if x ~= b%[1]d or e ~= 0 then
+      zs[o + 1], zs[o + 2], zs[o + 3], zs[o + 4], o = x, 0, x + %[5]d, 0, o + 4
+    end
+  end
+  if o > 0 then redis.call('HSET', key, unpack(zs)) end
+end
+`, i, at[i]+3, n, off+1, n+1)
+	}
+	all := strings.Join(hset, ", ")
+	w(`local t, need = fmt('%%d', now), now + %[1]d * 1000
 if rid ~= '' then
   d = (d or '') .. rid
   if #d > 32 then d = string.sub(d, #d - 31) end
-  wr[wo + 1], wr[wo + 2], wo = 'd', d, wo + 2
-end
-local need = now + %[1]d * 1000
-if sx < need then
-  wr[wo + 1], wr[wo + 2] = 'x', fmt('%%d', need + %[1]d * 250)
-  redis.call('HSET', key, unpack(wr))
-  redis.call('PEXPIRE', key, math.ceil((need + %[1]d * 250 - now) / 1000) + 1)
+  if sx < need then
+    redis.call('HSET', key, %[2]s, 1, t, 'd', d, 'x', fmt('%%d', need + %[1]d * 250))
+  else
+    redis.call('HSET', key, %[2]s, 1, t, 'd', d)
+  end
+elseif sx < need then
+  redis.call('HSET', key, %[2]s, 1, t, 'x', fmt('%%d', need + %[1]d * 250))
 else
-  redis.call('HSET', key, unpack(wr))
+  redis.call('HSET', key, %[2]s, 1, t)
 end
-return out
-`, b.TTLMS)
+if sx < need then redis.call('PEXPIRE', key, math.ceil((need + %[1]d * 250 - now) / 1000) + 1) end
+return {1, now, cost, 0, 0, 1, now, tonumber(v[5]) or 0, %[3]s}
+`, b.TTLMS, all, strings.Join(reply, ", "))
 	return s.String()
 }

@@ -32,9 +32,10 @@ const unbaked = "local TTL, NL, BLOCK, IDTTL, RES, P\n"
 var Take = unbaked + counters + take
 
 // Fast is Take's lean path for the common call: one key, no request ID, a
-// plain Take, as the function general(now, v) that BakeFast calls when its
-// common path (hot.go) does not answer. It only exists baked (BakeFast).
-var Fast = unbaked + "local function general(now, v)\n" + counters + fast + "end\n"
+// plain Take. It only exists baked, as the body of the function
+// general(now, v) that BakeFast's common path calls when it does not
+// answer itself.
+var Fast = unbaked + counters + fast
 
 // Refund undoes one charge.
 var Refund = unbaked + counters + refund
@@ -58,20 +59,13 @@ type Baked struct {
 // few dozen arguments on every call.
 func Bake(b Baked) string { return bake(b, Take) }
 
-// BakeFast returns Fast with one policy's parameters written into it,
-// followed by code written for that policy alone (see hot) that answers a
-// call every limit admits and hands the rest to Fast. Its ARGV: now (µs; 0
-// = Redis TIME), cost, resend ID. The reply is laid out as Take's.
-func BakeFast(b Baked) string { return bakeFast(b, true) }
-
-// bakeFast is BakeFast; with common false, every call goes to Fast (the
-// tests compare the two).
-func bakeFast(b Baked, common bool) string {
-	tail := "return general()\n"
-	if common {
-		tail = hot(b)
-	}
-	return bake(b, Fast) + tail
+// BakeFast returns Fast with one policy's parameters written into it, as
+// a function general(now, v), followed (from the line CommonMark) by code
+// written for that policy alone (see hot) that answers a call every limit
+// admits and hands the rest to general. Its ARGV: now (µs; 0 = Redis
+// TIME), cost, resend ID. The reply is laid out as Take's.
+func BakeFast(b Baked) string {
+	return "local function general(now, v)\n" + bake(b, Fast) + "end\n" + hot(b)
 }
 
 func bake(b Baked, script string) string {

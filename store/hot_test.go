@@ -24,13 +24,12 @@ import (
 func fastVariants(t *testing.T, b lua.Baked) (full, general, common string) {
 	t.Helper()
 	full = lua.BakeFast(b)
-	body := lua.Fast[strings.Index(lua.Fast, "\n")+1:] // the function general(now, v)
-	i := strings.Index(full, body)
-	if i < 0 {
-		t.Fatal("BakeFast does not hold fast.lua's function")
+	i := strings.Index(full, "\n"+lua.CommonMark+"\n")
+	if !strings.HasPrefix(full, "local function general(now, v)\n") || i < 0 {
+		t.Fatal("BakeFast does not hold a function general then the common path")
 	}
-	general = full[:i+len(body)] + "return general()\n"
-	common = full[:i] + "local function general() return -1 end\n" + full[i+len(body):]
+	general = full[:i+1] + "return general()\n"
+	common = "local function general() return -1 end" + full[i:]
 	return full, general, common
 }
 
