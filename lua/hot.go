@@ -2,6 +2,7 @@ package lua
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -19,10 +20,13 @@ import (
 // (SlidingLog, or a small SlidingWindow kept exactly) goes to general at
 // once.
 //
-// Numbers are written as fast.lua writes them: field names as Lua numbers
-// (small integers, which Redis turns into the same digits), values through
+// Numbers are written as fast.lua writes them: field names as the same
+// digits (string literals, or made by nm for a sub-bucket), values through
 // string.format('%d'), and every product or quotient as a Lua expression,
 // so the doubles are those counters.lua computes.
+// lit is a field name as a Lua string literal.
+func lit(f int64) string { return "'" + strconv.FormatInt(f, 10) + "'" }
+
 // CommonMark opens the common path in a script BakeFast returns.
 const CommonMark = "-- the common path"
 
@@ -53,7 +57,22 @@ local floor, fmt = math.floor, string.format
 `, CommonMark, minCap)
 	// The fields, in fields()'s order: field numbers, or the Lua
 	// expressions of a sub-bucket ring's current and next sub-bucket.
-	fields := []string{"1", "'b'", "'x'", "'d'", "'g'"}
+	fields := []string{"'1'", "'b'", "'x'", "'d'", "'g'"}
+	for i := 0; i < nl; i++ {
+		if b.P[7*i] == 0 {
+			// A sub-bucket's field name, made without string.format:
+			// Redis turns a number argument into digits with a "%.17g"
+			// printf, which costs more than the rest of a short call.
+			w(`local char = string.char
+local function nm(x)
+  if x < 10 then return char(48 + x) end
+  if x < 100 then return char(48 + floor(x / 10), 48 + x %% 10) end
+  return fmt('%%d', x)
+end
+`)
+			break
+		}
+	}
 	at := make([]int, nl) // where limit i's fields start in the reply, 1-based
 	for i := 0; i < nl; i++ {
 		kind, width, n, off := b.P[7*i], b.P[7*i+2], b.P[7*i+3], b.P[7*i+5]
@@ -62,16 +81,17 @@ local floor, fmt = math.floor, string.format
 		case 0:
 			w("local k%d = floor(now / %d)\n", i, width)
 			w("local a%d, b%d = %d + k%d %% %d, %d + (k%d + 1) %% %d\n", i, i, off+1, i, n+1, off+1, i, n+1)
-			fields = append(fields, fmt.Sprint(off), fmt.Sprintf("a%d", i), fmt.Sprintf("a%d + %d", i, n+1),
-				fmt.Sprintf("b%d", i), fmt.Sprintf("b%d + %d", i, n+1))
+			w("local an%d, am%d = nm(a%d), nm(a%d + %d)\n", i, i, i, i, n+1)
+			fields = append(fields, lit(off), fmt.Sprintf("an%d", i), fmt.Sprintf("am%d", i),
+				fmt.Sprintf("nm(b%d)", i), fmt.Sprintf("nm(b%d + %d)", i, n+1))
 		case 2:
 			w("local k%d = floor(now / %d)\n", i, width)
-			fields = append(fields, fmt.Sprint(off), fmt.Sprint(off+1))
+			fields = append(fields, lit(off), lit(off+1))
 		case 3:
-			fields = append(fields, fmt.Sprint(off))
+			fields = append(fields, lit(off))
 		default:
 			w("local k%d = floor(now / %d)\n", i, width)
-			fields = append(fields, fmt.Sprint(off), fmt.Sprint(off+1), fmt.Sprint(off+2))
+			fields = append(fields, lit(off), lit(off+1), lit(off+2))
 		}
 	}
 	w("local v = redis.pcall('HMGET', key, %s)\n", strings.Join(fields, ", "))
@@ -108,7 +128,7 @@ do
   r%[2]d, x%[2]d, y%[2]d, z%[2]d = %[8]d - u - cost, fmt('%%d', cur + cost), fmt('%%d', now - k%[2]d * %[1]d), fmt('%%d', tot + cost)
 end
 `, width, i, m, m+1, m+3, m+4, n+1, capacity)
-			hset = append(hset, fmt.Sprintf("a%d, x%d, a%d + %d, y%d, %d, z%d", i, i, i, n+1, i, off, i))
+			hset = append(hset, fmt.Sprintf("an%d, x%d, am%d, y%d, %s, z%d", i, i, i, i, lit(off), i))
 			reply = append(reply, fmt.Sprintf("r%d, %d, 0, 0", i, period))
 			clears = append(clears, i)
 		case 2: // fixed window
@@ -121,7 +141,7 @@ do
   if u + cost > 0 then e%[2]d = (k%[2]d + 1) * %[5]d - now end
 end
 `, m, i, m+1, capacity, width)
-			hset = append(hset, fmt.Sprintf("%d, fmt('%%d', k%d), %d, x%d", off, i, off+1, i))
+			hset = append(hset, fmt.Sprintf("%s, fmt('%%d', k%d), %s, x%d", lit(off), i, lit(off+1), i))
 			reply = append(reply, fmt.Sprintf("r%d, e%d, 0, 0", i, i))
 		case 3: // token bucket (GCRA): the theoretical arrival time
 			w(`local r%[4]d, q%[4]d = 0, tonumber(v[%[1]d]) or 0
@@ -133,7 +153,7 @@ do
   if x > 0 then r%[4]d = floor(x / %[2]d) end
 end
 `, m, width, capacity, i)
-			hset = append(hset, fmt.Sprintf("%d, fmt('%%d', q%d)", off, i))
+			hset = append(hset, fmt.Sprintf("%s, fmt('%%d', q%d)", lit(off), i))
 			reply = append(reply, fmt.Sprintf("r%d, q%d - now, 0, q%d", i, i, i))
 		default: // two windows weighted (CounterApprox)
 			w(`local r%[7]d, e%[7]d, x%[7]d, z%[7]d = 0, 0, 0, 0
@@ -156,7 +176,7 @@ do
   end
 end
 `, m, i, m+1, m+2, width, capacity, i)
-			hset = append(hset, fmt.Sprintf("%d, fmt('%%d', k%d), %d, x%d, %d, z%d", off, i, off+1, i, off+2, i))
+			hset = append(hset, fmt.Sprintf("%s, fmt('%%d', k%d), %s, x%d, %s, z%d", lit(off), i, lit(off+1), i, lit(off+2), i))
 			reply = append(reply, fmt.Sprintf("r%d, e%d, 0, 0", i, i))
 		}
 	}
@@ -171,7 +191,7 @@ end
   for q = k%[1]d - %[3]d, k%[1]d - 1 do
     local x = %[4]d + q %% %[5]d
     if x ~= b%[1]d or e ~= 0 then
-      zs[o + 1], zs[o + 2], zs[o + 3], zs[o + 4], o = x, 0, x + %[5]d, 0, o + 4
+      zs[o + 1], zs[o + 2], zs[o + 3], zs[o + 4], o = nm(x), '0', nm(x + %[5]d), '0', o + 4
     end
   end
   if o > 0 then redis.call('HSET', key, unpack(zs)) end
@@ -184,14 +204,14 @@ if rid ~= '' then
   d = (d or '') .. rid
   if #d > 32 then d = string.sub(d, #d - 31) end
   if sx < need then
-    redis.call('HSET', key, %[2]s, 1, t, 'd', d, 'x', fmt('%%d', need + %[1]d * 250))
+    redis.call('HSET', key, %[2]s, '1', t, 'd', d, 'x', fmt('%%d', need + %[1]d * 250))
   else
-    redis.call('HSET', key, %[2]s, 1, t, 'd', d)
+    redis.call('HSET', key, %[2]s, '1', t, 'd', d)
   end
 elseif sx < need then
-  redis.call('HSET', key, %[2]s, 1, t, 'x', fmt('%%d', need + %[1]d * 250))
+  redis.call('HSET', key, %[2]s, '1', t, 'x', fmt('%%d', need + %[1]d * 250))
 else
-  redis.call('HSET', key, %[2]s, 1, t)
+  redis.call('HSET', key, %[2]s, '1', t)
 end
 if sx < need then redis.call('PEXPIRE', key, math.ceil((need + %[1]d * 250 - now) / 1000) + 1) end
 return {1, now, cost, 0, 0, 1, now, tonumber(v[5]) or 0, %[3]s}
