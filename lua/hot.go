@@ -6,6 +6,12 @@ import (
 	"strings"
 )
 
+// CommonMark opens the common path in a script BakeFast returns.
+const CommonMark = "-- the common path"
+
+// lit is a field name as a Lua string literal.
+func lit(f int64) string { return "'" + strconv.FormatInt(f, 10) + "'" }
+
 // hot writes the common path of a baked fast script: Lua written for one
 // policy, every parameter a literal, one block per limit and no table but
 // the HMGET reply, the fields it writes and its own reply. It answers a
@@ -13,29 +19,31 @@ import (
 // penalty, no resend of this call, a clock that did not step back and, on a
 // sliding window, a last charge in the current or previous sub-bucket or
 // before the whole window; it reads and writes exactly what fast.lua does
-// then and replies the same. Every other call (a denial, a peek at cost 0,
+// then and replies the same (but for b and g on a new key, below). Every other call (a denial, a peek at cost 0,
 // a cost above a capacity, a sub-bucket gap, a penalty, a resend, another
 // type at the key) goes to general (fast.lua) with the time and the HMGET
-// reply already read, before anything is written. A policy with a log
-// (SlidingLog, or a small SlidingWindow kept exactly) goes to general at
-// once.
+// reply already read, before anything is written. On a log (SlidingLog,
+// or a small SlidingWindow kept exactly) it answers a charge of one unit
+// whose chunk is whole or short; a policy with a log fast.lua does not read
+// whole up front (more than 8 chunk fields) goes to general at once.
 //
 // Numbers are written as fast.lua writes them: field names as the same
 // digits (string literals, or made by nm for a sub-bucket), values through
 // string.format('%d'), and every product or quotient as a Lua expression,
 // so the doubles are those counters.lua computes.
-// lit is a field name as a Lua string literal.
-func lit(f int64) string { return "'" + strconv.FormatInt(f, 10) + "'" }
-
-// CommonMark opens the common path in a script BakeFast returns.
-const CommonMark = "-- the common path"
-
 func hot(b Baked) string {
 	var s strings.Builder
 	nl := len(b.P) / 7
+	hasLog, hasRing := false, false
 	for i := 0; i < nl; i++ {
-		if b.P[7*i] == 1 { // a log: general only
-			return CommonMark + "\nreturn general()\n"
+		switch b.P[7*i] {
+		case 1:
+			if (b.P[7*i+1]+b.P[7*i+6]-1)/b.P[7*i+6] > 8 { // a log fast.lua does not read whole
+				return CommonMark + "\nreturn general()\n"
+			}
+			hasLog, hasRing = true, true
+		case 0:
+			hasRing = true
 		}
 	}
 	minCap := int64(-1)
@@ -55,23 +63,23 @@ local cost, rid, key = tonumber(ARGV[2]), ARGV[3], KEYS[1]
 if cost < 1 or cost > %d then return general(now) end
 local floor, fmt = math.floor, string.format
 `, CommonMark, minCap)
+	if hasLog { // a log's common path charges one unit
+		w("if cost ~= 1 then return general(now) end\n")
+	}
 	// The fields, in fields()'s order: field numbers, or the Lua
 	// expressions of a sub-bucket ring's current and next sub-bucket.
 	fields := []string{"'1'", "'b'", "'x'", "'d'", "'g'"}
-	for i := 0; i < nl; i++ {
-		if b.P[7*i] == 0 {
-			// A sub-bucket's field name, made without string.format:
-			// Redis turns a number argument into digits with a "%.17g"
-			// printf, which costs more than the rest of a short call.
-			w(`local char = string.char
+	if hasRing {
+		// A sub-bucket's or a log chunk's field name, made without
+		// string.format: Redis turns a number argument into digits with a
+		// "%.17g" printf, which costs more than the rest of a short call.
+		w(`local char = string.char
 local function nm(x)
   if x < 10 then return char(48 + x) end
   if x < 100 then return char(48 + floor(x / 10), 48 + x %% 10) end
   return fmt('%%d', x)
 end
 `)
-			break
-		}
 	}
 	at := make([]int, nl) // where limit i's fields start in the reply, 1-based
 	for i := 0; i < nl; i++ {
@@ -89,6 +97,11 @@ end
 			fields = append(fields, lit(off), lit(off+1))
 		case 3:
 			fields = append(fields, lit(off))
+		case 1:
+			fields = append(fields, lit(off))
+			for c := int64(1); c <= (b.P[7*i+1]+b.P[7*i+6]-1)/b.P[7*i+6]; c++ {
+				fields = append(fields, lit(off+c))
+			}
 		default:
 			w("local k%d = floor(now / %d)\n", i, width)
 			fields = append(fields, lit(off), lit(off+1), lit(off+2))
@@ -99,6 +112,20 @@ end
 local s1, sb, sx, d = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4]
 if s1 > now or sb > now or (rid ~= '' and d and string.find(d, rid, 1, true)) then return general(now, v) end
 `)
+	if hasLog {
+		// ls is lslot: the time of the i-th oldest unit of a log whose
+		// oldest slot is ptr, whose chunks start at v[m].
+		w(`local sub, ts = string.sub, fmt('%%016d', now)
+local function ls(m, R, cs, ptr, i)
+  local pos = (ptr + i) %% R
+  local c = v[m + floor(pos / cs)]
+  if not c then return 0 end
+  local o = (pos %% cs) * 16
+  if #c < o + 16 then return 0 end
+  return tonumber(sub(c, o + 1, o + 16))
+end
+`)
+	}
 	// Each limit leaves its reply in r<i> (remaining), e<i> (reset) and, for
 	// a token bucket, q<i> (the new arrival time), and the values it writes
 	// in x<i>, y<i>, z<i>; hset lists the fields and values.
@@ -131,6 +158,29 @@ end
 			hset = append(hset, fmt.Sprintf("an%d, x%d, am%d, y%d, %s, z%d", i, i, i, i, lit(off), i))
 			reply = append(reply, fmt.Sprintf("r%d, %d, 0, 0", i, period))
 			clears = append(clears, i)
+		case 1: // a log of the last R units' times, in chunks of cs
+			cs := b.P[7*i+6]
+			w(`local r%[1]d, p%[1]d, cn%[1]d, cv%[1]d
+do
+  local ptr = tonumber(v[%[2]d]) or 0
+  if ls(%[3]d, %[4]d, %[5]d, ptr, 0) + %[6]d > now then return general(now, v) end
+  local lo, hi = 0, %[4]d
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if ls(%[3]d, %[4]d, %[5]d, ptr, mid) + %[6]d <= now then lo = mid + 1 else hi = mid end
+  end
+  local ci = floor(ptr / %[5]d)
+  local str, nsl = v[%[3]d + ci] or '', %[5]d
+  if (ci + 1) * %[5]d > %[4]d then nsl = %[4]d - ci * %[5]d end
+  if #str %% 16 ~= 0 or #str > nsl * 16 then return general(now, v) end
+  if #str < nsl * 16 then str = str .. string.rep('0', nsl * 16 - #str) end
+  local o = (ptr %% %[5]d) * 16
+  r%[1]d, p%[1]d = lo - 1, fmt('%%d', (ptr + 1) %% %[4]d)
+  cn%[1]d, cv%[1]d = nm(%[7]d + ci), sub(str, 1, o) .. ts .. sub(str, o + 17)
+end
+`, i, m, m+1, capacity, cs, period, off+1)
+			hset = append(hset, fmt.Sprintf("cn%d, cv%d, %s, p%d", i, i, lit(off), i))
+			reply = append(reply, fmt.Sprintf("r%d, %d, 0, 0", i, period))
 		case 2: // fixed window
 			w(`local r%[2]d, e%[2]d, x%[2]d = 0, 0, 0
 do
@@ -199,10 +249,23 @@ end
 `, i, at[i]+3, n, off+1, n+1)
 	}
 	all := strings.Join(hset, ", ")
+	// A new key (no charge, no penalty, no expiry recorded; at most an
+	// epoch) gets the fields every call asks for first, b and g, written
+	// first: a field a hash lacks costs HMGET a scan of every field, and
+	// Redis keeps a small hash's fields in the order they were first
+	// written. b = 0 and g = 0 mean what no b and no g mean.
 	w(`local t, need = fmt('%%d', now), now + %[1]d * 1000
 if rid ~= '' then
   d = (d or '') .. rid
   if #d > 32 then d = string.sub(d, #d - 31) end
+end
+if not (v[1] or v[2] or v[3]) then
+  if rid ~= '' then
+    redis.call('HSET', key, 'b', '0', 'g', v[5] or '0', '1', t, 'd', d, 'x', fmt('%%d', need + %[1]d * 250), %[2]s)
+  else
+    redis.call('HSET', key, 'b', '0', 'g', v[5] or '0', '1', t, 'x', fmt('%%d', need + %[1]d * 250), %[2]s)
+  end
+elseif rid ~= '' then
   if sx < need then
     redis.call('HSET', key, %[2]s, '1', t, 'd', d, 'x', fmt('%%d', need + %[1]d * 250))
   else

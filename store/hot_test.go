@@ -70,9 +70,8 @@ func TestFastCommonPathMatchesGeneral(t *testing.T) {
 					answered, calls = answered+a, calls+n
 				}
 			}
-			// Traces whose every limit has sub-buckets, a fixed window, a
-			// token bucket or two windows are answered by the common path
-			// most of the time; a policy with a log never is.
+			// Most calls of the roomy traces are admitted and answered by
+			// the common path; the others (small rates) deny often.
 			if answered < calls/4 {
 				t.Fatalf("the common path answered %d of %d calls alone; want at least a quarter", answered, calls)
 			}
@@ -172,6 +171,12 @@ func compareFastTrace(t *testing.T, c redis.UniversalClient, rng *rand.Rand, p *
 		}
 		hf, errHF := c.HGetAll(ctx, kh).Result()
 		gf, errGF := c.HGetAll(ctx, kg).Result()
+		// The common path writes b and g on a new key (0 means none).
+		for _, f := range []string{"b", "g"} {
+			if hf[f] == "0" && gf[f] == "" {
+				delete(hf, f)
+			}
+		}
 		if fmt.Sprint(errHF) != fmt.Sprint(errGF) || !reflect.DeepEqual(hf, gf) {
 			t.Fatalf("%s step %d (now %d, cost %d, id %q): fields differ:\ncommon path %v (%v)\nfast.lua    %v (%v)", name, i, now, cost, rid, hf, errHF, gf, errGF)
 		}
