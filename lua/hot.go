@@ -14,23 +14,23 @@ func lit(f int64) string { return "'" + strconv.FormatInt(f, 10) + "'" }
 
 // hot writes the common path of a baked fast script: Lua written for one
 // policy, every parameter a literal, one block per limit and no table but
-// the HMGET reply, the fields it writes and its own reply. It answers a
-// call that every limit admits at cost 1 or more, on a key with no running
-// penalty, no resend of this call, a clock that did not step back and, on a
+// the HMGET reply and its own reply. It answers a call that every limit
+// admits, on a key with no running penalty, no resend of this call and a
+// clock that did not step back, when each limit's state is at hand: on a
 // sliding window, a last charge in the current or previous sub-bucket or
-// before the whole window; it reads and writes exactly what fast.lua does
-// then and replies the same (but for b and g on a new key, below). Every other call (a denial, a peek at cost 0,
-// a cost above a capacity, a sub-bucket gap, a penalty, a resend, another
-// type at the key) goes to general (fast.lua) with the time and the HMGET
-// reply already read, before anything is written. On a log (SlidingLog,
-// or a small SlidingWindow kept exactly) it answers a charge of one unit
-// whose chunk is whole or short; a policy with a log fast.lua does not read
-// whole up front (more than 8 chunk fields) goes to general at once.
+// before the whole window; on a log (SlidingLog, or a small SlidingWindow
+// kept exactly), a charge of one unit. It reads and writes what fast.lua
+// does then and replies the same, but for b and g on a new key (below).
+// Every other call (a denial, a peek at cost 0, a cost above a capacity, a
+// sub-bucket gap, a penalty, a resend, another type at the key) goes to
+// general (fast.lua) with the time and the HMGET reply already read, before
+// anything is written; a policy with a log that fast.lua does not read whole
+// up front (more than 8 chunk fields) goes to general at once.
 //
 // Numbers are written as fast.lua writes them: field names as the same
-// digits (string literals, or made by nm for a sub-bucket), values through
-// string.format('%d'), and every product or quotient as a Lua expression,
-// so the doubles are those counters.lua computes.
+// digits (string literals, or made by nm for a sub-bucket or a chunk),
+// values through string.format('%d'), and every product or quotient as a
+// Lua expression, so the doubles are those counters.lua computes.
 func hot(b Baked) string {
 	var s strings.Builder
 	nl := len(b.P) / 7
