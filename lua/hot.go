@@ -253,13 +253,22 @@ end
 	// epoch) gets the fields every call asks for first, b and g, written
 	// first: a field a hash lacks costs HMGET a scan of every field, and
 	// Redis keeps a small hash's fields in the order they were first
-	// written. b = 0 and g = 0 mean what no b and no g mean.
+	// written. b = 0 and g = 0 mean what no b and no g mean. A hash with a
+	// value over 64 bytes (a log of 32 times to a chunk) is a hash table,
+	// where a lookup costs the same either way: there they would only take
+	// memory, so the branch is never taken.
+	fresh := "not (v[1] or v[2] or v[3])"
+	for i := 0; i < nl; i++ {
+		if b.P[7*i] == 1 && b.P[7*i+6]*16 > 64 {
+			fresh = "false"
+		}
+	}
 	w(`local t, need = fmt('%%d', now), now + %[1]d * 1000
 if rid ~= '' then
   d = (d or '') .. rid
   if #d > 32 then d = string.sub(d, #d - 31) end
 end
-if not (v[1] or v[2] or v[3]) then
+if %[4]s then
   if rid ~= '' then
     redis.call('HSET', key, 'b', '0', 'g', v[5] or '0', '1', t, 'd', d, 'x', fmt('%%d', need + %[1]d * 250), %[2]s)
   else
@@ -278,6 +287,6 @@ else
 end
 if sx < need then redis.call('PEXPIRE', key, math.ceil((need + %[1]d * 250 - now) / 1000) + 1) end
 return {1, now, cost, 0, 0, 1, now, tonumber(v[5]) or 0, %[3]s}
-`, b.TTLMS, all, strings.Join(reply, ", "))
+`, b.TTLMS, all, strings.Join(reply, ", "), fresh)
 	return s.String()
 }
