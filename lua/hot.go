@@ -126,6 +126,9 @@ local function ls(m, R, cs, ptr, i)
 end
 `)
 	}
+	if hasRing {
+		w("local zs, zo = nil, 0 -- sub-bucket fields to clear: names and zeros\n")
+	}
 	// Each limit leaves its reply in r<i> (remaining), e<i> (reset) and, for
 	// a token bucket, q<i> (the new arrival time), and the values it writes
 	// in x<i>, y<i>, z<i>; hset lists the fields and values.
@@ -136,25 +139,53 @@ end
 		m := at[i]
 		switch kind {
 		case 0: // sub-bucket ring (store/algorithm.go's buckets)
-			w(`local r%[2]d, x%[2]d, y%[2]d, z%[2]d, c%[2]d
+			// The last charge in this sub-bucket or the previous one: all
+			// at hand. Two or more sub-buckets ago (but within the
+			// window): the ones in between lapsed, and their cost, read by
+			// a second HMGET, leaves the sum and is cleared. A window or
+			// more ago: nothing counts, every other sub-bucket is cleared
+			// (the next one, the only one read, when it holds cost).
+			w(`local r%[2]d, x%[2]d, y%[2]d, z%[2]d
 do
   local h = floor(s1 / %[1]d)
   local u, tot, cur = 0, 0, 0
   if k%[2]d - h <= 1 then
     tot, cur = tonumber(v[%[3]d]) or 0, tonumber(v[%[4]d]) or 0
     if k%[2]d > h then tot, cur = tot - cur, 0 end
+  elseif k%[2]d - h < %[7]d then
+    tot = (tonumber(v[%[3]d]) or 0) - (tonumber(v[%[4]d]) or 0)
+    local f = {}
+    for q = h + 1, k%[2]d - 1 do f[q - h] = nm(%[9]d + q %% %[7]d) end
+    local g = redis.call('HMGET', key, unpack(f))
+    for q = h + 1, k%[2]d - 1 do
+      local c = tonumber(g[q - h]) or 0
+      if c ~= 0 then
+        tot = tot - c
+        if s1 ~= 0 then
+          if not zs then zs = {} end
+          zs[zo + 1], zs[zo + 2], zs[zo + 3], zs[zo + 4], zo = f[q - h], '0', nm(%[9]d + q %% %[7]d + %[7]d), '0', zo + 4
+        end
+      end
+    end
+  elseif s1 ~= 0 then
+    local e = tonumber(v[%[5]d]) or 0
+    for q = k%[2]d - %[10]d, k%[2]d - 1 do
+      local x = %[9]d + q %% %[7]d
+      if x ~= b%[2]d or e ~= 0 then
+        if not zs then zs = {} end
+        zs[zo + 1], zs[zo + 2], zs[zo + 3], zs[zo + 4], zo = nm(x), '0', nm(x + %[7]d), '0', zo + 4
+      end
+    end
+  end
+  if k%[2]d - h < %[7]d then
     u = tot
     local e = tonumber(v[%[5]d]) or 0
     if e ~= 0 and (tonumber(v[%[6]d]) or 0) <= now - k%[2]d * %[1]d then u = u - e end
-  elseif k%[2]d - h < %[7]d then
-    return general(now, v)
-  else
-    c%[2]d = s1 ~= 0
   end
   if u + cost > %[8]d then return general(now, v) end
   r%[2]d, x%[2]d, y%[2]d, z%[2]d = %[8]d - u - cost, fmt('%%d', cur + cost), fmt('%%d', now - k%[2]d * %[1]d), fmt('%%d', tot + cost)
 end
-`, width, i, m, m+1, m+3, m+4, n+1, capacity)
+`, width, i, m, m+1, m+3, m+4, n+1, capacity, off+1, n)
 			hset = append(hset, fmt.Sprintf("an%d, x%d, am%d, y%d, %s, z%d", i, i, i, i, lit(off), i))
 			reply = append(reply, fmt.Sprintf("r%d, %d, 0, 0", i, period))
 			clears = append(clears, i)
@@ -230,23 +261,8 @@ end
 			reply = append(reply, fmt.Sprintf("r%d, e%d, 0, 0", i, i))
 		}
 	}
-	// A sub-bucket ring charged after a whole window without a charge
-	// clears the sub-buckets of that window first, as fast.lua does: every
-	// one but the next (the only one read), which it clears when it holds
-	// cost. The zeros go in a write of their own, only then.
-	for _, i := range clears {
-		n, off := b.P[7*i+3], b.P[7*i+5]
-		w(`if c%[1]d then
-  local zs, e, o = {}, tonumber(v[%[2]d]) or 0, 0
-  for q = k%[1]d - %[3]d, k%[1]d - 1 do
-    local x = %[4]d + q %% %[5]d
-    if x ~= b%[1]d or e ~= 0 then
-      zs[o + 1], zs[o + 2], zs[o + 3], zs[o + 4], o = nm(x), '0', nm(x + %[5]d), '0', o + 4
-    end
-  end
-  if o > 0 then redis.call('HSET', key, unpack(zs)) end
-end
-`, i, at[i]+3, n, off+1, n+1)
+	if len(clears) > 0 { // the zeros go in a write of their own, only then
+		w("if zs then redis.call('HSET', key, unpack(zs)) end\n")
 	}
 	all := strings.Join(hset, ", ")
 	// A new key (no charge, no penalty, no expiry recorded; at most an
