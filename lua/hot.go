@@ -261,10 +261,10 @@ end
 			reply = append(reply, fmt.Sprintf("r%d, e%d, 0, 0", i, i))
 		}
 	}
-	if len(clears) > 0 { // the zeros go in a write of their own, only then
-		w("if zs then redis.call('HSET', key, unpack(zs)) end\n")
-	}
 	all := strings.Join(hset, ", ")
+	// Sub-buckets to clear (after a gap) go in the same HSET, through a
+	// table; every other call writes with the arguments listed.
+	first := "if"
 	// A new key (no charge, no penalty, no expiry recorded; at most an
 	// epoch) gets the fields every call asks for first, b and g, written
 	// first: a field a hash lacks costs HMGET a scan of every field, and
@@ -284,7 +284,19 @@ if rid ~= '' then
   d = (d or '') .. rid
   if #d > 32 then d = string.sub(d, #d - 31) end
 end
-if %[4]s then
+`, b.TTLMS)
+	if len(clears) > 0 {
+		w(`if zs then
+  local rest = {%[1]s, '1', t}
+  for i = 1, #rest do zs[zo + i] = rest[i] end
+  zo = zo + #rest
+  if rid ~= '' then zs[zo + 1], zs[zo + 2], zo = 'd', d, zo + 2 end
+  if sx < need then zs[zo + 1], zs[zo + 2] = 'x', fmt('%%d', need + %[2]d * 250) end
+  redis.call('HSET', key, unpack(zs))
+`, all, b.TTLMS)
+		first = "elseif"
+	}
+	w(`%[4]s %[5]s then
   if rid ~= '' then
     redis.call('HSET', key, 'b', '0', 'g', v[5] or '0', '1', t, 'd', d, 'x', fmt('%%d', need + %[1]d * 250), %[2]s)
   else
@@ -303,6 +315,6 @@ else
 end
 if sx < need then redis.call('PEXPIRE', key, math.ceil((need + %[1]d * 250 - now) / 1000) + 1) end
 return {1, now, cost, 0, 0, 1, now, tonumber(v[5]) or 0, %[3]s}
-`, b.TTLMS, all, strings.Join(reply, ", "), fresh)
+`, b.TTLMS, all, strings.Join(reply, ", "), first, fresh)
 	return s.String()
 }
