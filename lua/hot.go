@@ -12,6 +12,25 @@ const CommonMark = "-- the common path"
 // lit is a field name as a Lua string literal.
 func lit(f int64) string { return "'" + strconv.FormatInt(f, 10) + "'" }
 
+// names writes a binary search on j (lo..hi, of a ring of size ring whose
+// first cost field is base) that sets limit i's an, am (the sub-bucket j's
+// cost and latest admission) and bn, bm (the next sub-bucket's) to their
+// field names.
+func names(s *strings.Builder, i int, base, ring, lo, hi int64, ind string) {
+	if lo == hi {
+		nx := (lo + 1) % ring
+		fmt.Fprintf(s, "%san%d, am%d, bn%d, bm%d = %s, %s, %s, %s\n", ind, i, i, i, i,
+			lit(base+lo), lit(base+lo+ring), lit(base+nx), lit(base+nx+ring))
+		return
+	}
+	mid := (lo + hi) / 2
+	fmt.Fprintf(s, "%sif j <= %d then\n", ind, mid)
+	names(s, i, base, ring, lo, mid, ind+"  ")
+	fmt.Fprintf(s, "%selse\n", ind)
+	names(s, i, base, ring, mid+1, hi, ind+"  ")
+	fmt.Fprintf(s, "%send\n", ind)
+}
+
 // hot writes the common path of a baked fast script: Lua written for one
 // policy, every parameter a literal, one block per limit and no table but
 // the HMGET reply and its own reply. It answers a call that every limit
@@ -28,7 +47,8 @@ func lit(f int64) string { return "'" + strconv.FormatInt(f, 10) + "'" }
 // up front (more than 8 chunk fields) goes to general at once.
 //
 // Numbers are written as fast.lua writes them: field names as the same
-// digits (string literals, or made by nm for a sub-bucket or a chunk),
+// digits (string literals: picked by a search on the index for the current
+// and next sub-bucket, made by nm for a lapsed sub-bucket or a chunk),
 // values through string.format('%d'), and every product or quotient as a
 // Lua expression, so the doubles are those counters.lua computes.
 func hot(b Baked) string {
@@ -88,10 +108,15 @@ end
 		switch kind {
 		case 0:
 			w("local k%d = floor(now / %d)\n", i, width)
-			w("local a%d, b%d = %d + k%d %% %d, %d + (k%d + 1) %% %d\n", i, i, off+1, i, n+1, off+1, i, n+1)
-			w("local an%d, am%d = nm(a%d), nm(a%d + %d)\n", i, i, i, i, n+1)
+			w("local b%d = %d + (k%d + 1) %% %d\n", i, off+1, i, n+1)
+			// The names of the current and the next sub-bucket's cost and
+			// latest admission, as literals picked by a search on the
+			// sub-bucket's index: no call and no new string.
+			w("local an%[1]d, am%[1]d, bn%[1]d, bm%[1]d\ndo\n  local j = k%[1]d %% %[2]d\n", i, n+1)
+			names(&s, i, off+1, n+1, 0, n, "  ")
+			w("end\n")
 			fields = append(fields, lit(off), fmt.Sprintf("an%d", i), fmt.Sprintf("am%d", i),
-				fmt.Sprintf("nm(b%d)", i), fmt.Sprintf("nm(b%d + %d)", i, n+1))
+				fmt.Sprintf("bn%d", i), fmt.Sprintf("bm%d", i))
 		case 2:
 			w("local k%d = floor(now / %d)\n", i, width)
 			fields = append(fields, lit(off), lit(off+1))
