@@ -289,6 +289,7 @@ const (
 	redisRateAutoName = "go-redis/redis_rate v10, AutoPipeliner"
 	floorName         = "floor: EVALSHA return 1"
 	batchedFloorName  = "floor: EVALSHA return 1, AutoPipeliner"
+	stateFloorName    = "floor: TIME, HMGET, HSET script, AutoPipeliner"
 )
 
 // liveCell is one subject built for one scenario, measured round after

@@ -347,6 +347,10 @@ func subjects(sc *scenario, batches []int) []subject {
 		subject{name: batchedFloorName, family: "floor", note: "one EVALSHA of `return 1` per request through go-redis's AutoPipeliner: concurrent calls share pipelines", scripted: true,
 			build: func(e *env) (*instance, error) { return buildEvalFloor(e, true) }},
 	)
+	if sc.id == "a" {
+		s = append(s, subject{name: stateFloorName, family: "floor", note: "one EVALSHA per request, through go-redis's AutoPipeliner, of a script that only calls `TIME`, `HMGET` of two fields of the identity's key and `HSET` of them: the least a limiter keeping its state in a hash on Redis's clock sends, with nothing computed", scripted: true,
+			build: buildStateFloor})
+	}
 	return s
 }
 
@@ -675,6 +679,33 @@ func buildEvalFloor(e *env, auto bool) (*instance, error) {
 		op: func(ctx context.Context, _ int) (bool, error) {
 			return false, returnOne.Run(ctx, run, nil).Err()
 		},
+		close: func() { c.Close() },
+	}, nil
+}
+
+// stateScript reads Redis's clock and a hash's two fields and writes them
+// back: the commands a limiter script on Redis's clock calls, without the
+// limiter's arithmetic.
+var stateScript = redis.NewScript(`local t = redis.call('TIME')
+redis.call('HMGET', KEYS[1], 'a', 'b')
+redis.call('HSET', KEYS[1], 'a', t[1], 'b', t[2])
+return 1`)
+
+func buildStateFloor(e *env) (*instance, error) {
+	c := e.newClient()
+	if err := stateScript.Load(context.Background(), c).Err(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &instance{
+		op: inSequence(e.ids.perL, 1, func(ctx context.Context, _ int, k string) (bool, error) {
+			return false, stateScript.Run(ctx, ap, []string{k + ":state"}).Err()
+		}),
 		close: func() { c.Close() },
 	}, nil
 }

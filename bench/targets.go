@@ -391,6 +391,18 @@ func (r *report) defaultTargets() []target {
 			want, res = "reported", "—"
 		}
 		ts = append(ts, target{fmt.Sprintf("(%s) ours (no options) ÷ the batched floor (%s ops/s)", id, thousands(fl.opsPerSec())), m, want, res})
+		// What a script reaches that does only what every limiter on
+		// Redis's clock must (read the time, read and write a hash), and
+		// the simplest peer script, on the same pipelines.
+		var refs []string
+		for _, name := range []string{stateFloorName, redisRateAutoName} {
+			if x := t.row(name); x.ok() {
+				refs = append(refs, fmt.Sprintf("%s %s× (Redis CPU %.1f µs/op)", name, ratioNum(x.opsPerSec()/fl.opsPerSec()), x.perOp(x.redisCPU*1e6)))
+			}
+		}
+		if id == "a" && len(refs) > 0 {
+			ts = append(ts, target{"(a) the bounds under ours ÷ the batched floor", strings.Join(refs, "; "), "reference", "—"})
+		}
 	}
 
 	// Batching on by default: free when idle, a gain under load.
