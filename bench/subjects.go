@@ -660,20 +660,29 @@ func buildPing(e *env) (*instance, error) {
 
 var returnOne = redis.NewScript("return 1")
 
-func buildEvalFloor(e *env, auto bool) (*instance, error) {
+// scriptClient is a new client with s loaded, and what to run s on: the
+// client itself, or its AutoPipeliner when auto.
+func scriptClient(e *env, s *redis.Script, auto bool) (*redis.Client, redis.Scripter, error) {
 	c := e.newClient()
-	if err := returnOne.Load(context.Background(), c).Err(); err != nil {
+	if err := s.Load(context.Background(), c).Err(); err != nil {
 		c.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	var run redis.Scripter = c
-	if auto {
-		ap, err := c.AutoPipeline()
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		run = ap
+	if !auto {
+		return c, c, nil
+	}
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, ap, nil
+}
+
+func buildEvalFloor(e *env, auto bool) (*instance, error) {
+	c, run, err := scriptClient(e, returnOne, auto)
+	if err != nil {
+		return nil, err
 	}
 	return &instance{
 		op: func(ctx context.Context, _ int) (bool, error) {
@@ -692,19 +701,13 @@ redis.call('HSET', KEYS[1], 'a', t[1], 'b', t[2])
 return 1`)
 
 func buildStateFloor(e *env) (*instance, error) {
-	c := e.newClient()
-	if err := stateScript.Load(context.Background(), c).Err(); err != nil {
-		c.Close()
-		return nil, err
-	}
-	ap, err := c.AutoPipeline()
+	c, run, err := scriptClient(e, stateScript, true)
 	if err != nil {
-		c.Close()
 		return nil, err
 	}
 	return &instance{
 		op: inSequence(e.ids.perL, 1, func(ctx context.Context, _ int, k string) (bool, error) {
-			return false, stateScript.Run(ctx, ap, []string{k + ":state"}).Err()
+			return false, stateScript.Run(ctx, run, []string{k + ":state"}).Err()
 		}),
 		close: func() { c.Close() },
 	}, nil
