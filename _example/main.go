@@ -73,25 +73,50 @@ func run() error {
 		slog.Info("redis answers", "redis", where, "servers", info.String())
 	}
 
-	byIP, err := ratelimit.ByIP() // RemoteAddr; add ratelimit.TrustedProxies(...) behind a proxy
+	// Fall back to an in-process store if Redis fails, so limits still hold
+	// per server during an outage.
+	handler, err := newRouter(st, store.NewMemory(), newMetrics(), demoPassword)
 	if err != nil {
 		return err
+	}
+
+	srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	}()
+	slog.Info("listening", "addr", addr, "redis", where)
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newRouter returns the example's routes, limited in st, falling back to
+// fallbackStore when st fails, every Limiter reporting to m (served on
+// /metrics); POST /login checks passwords with checkPassword. The tests
+// build their server with it too.
+func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func(user, password string) bool) (http.Handler, error) {
+	byIP, err := ratelimit.ByIP() // RemoteAddr; add ratelimit.TrustedProxies(...) behind a proxy
+	if err != nil {
+		return nil, err
 	}
 	byKey, err := ratelimit.ByHeader("X-API-Key")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Fall back to an in-process store if Redis fails, so limits still hold
-	// per server during an outage.
-	fallback := ratelimit.WithFallback(store.NewMemory())
+	fallback := ratelimit.WithFallback(fallbackStore)
 	// Every limiter reports to one observer, served on /metrics.
-	m := newMetrics()
 	observe := ratelimit.WithObserver(m)
 
 	hello, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("hello")),
 		ratelimit.WithIdentifiers(byIP, byKey), fallback, observe)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	search, err := ratelimit.New(st, ratelimit.MustParsePolicy("30/m", ratelimit.Named("search")),
 		ratelimit.WithIdentifiers(byIP), fallback, observe,
@@ -102,12 +127,12 @@ func run() error {
 			return 1
 		}))
 	if err != nil {
-		return err
+		return nil, err
 	}
 
-	login, err := loginLimiters(st, byIP.(*ratelimit.IPIdentifier), fallback, observe)
+	login, err := loginLimiters(st, byIP.(*ratelimit.IPIdentifier), checkPassword, fallback, observe)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	r := chi.NewRouter()
@@ -125,21 +150,7 @@ func run() error {
 			fmt.Fprintf(w, "searched %d pages; %d left this minute\n", res.Cost, res.Decision.Remaining)
 		})
 	})
-
-	srv := &http.Server{Addr: addr, Handler: r, ReadHeaderTimeout: 5 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown)
-	}()
-	slog.Info("listening", "addr", addr, "redis", where)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return r, nil
 }
 
 // loginGuard holds the three Limiters of POST /login, stacked: each counts
@@ -150,13 +161,15 @@ type loginGuard struct {
 	user *ratelimit.Limiter // per user name, across all IPs: 100 failures per hour, no block
 	pair *ratelimit.Limiter // per IP and user name together: 5 per 15 minutes, then blocked for an hour
 	byIP *ratelimit.IPIdentifier
+
+	checkPassword func(user, password string) bool // demoPassword in the example
 }
 
 // onlyFailures refunds every request that did not fail.
 var onlyFailures = ratelimit.WithRefundIf(func(_ *http.Request, status int) bool { return status < 400 })
 
-func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, fallback, observe ratelimit.Option) (*loginGuard, error) {
-	g := &loginGuard{byIP: byIP}
+func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, checkPassword func(user, password string) bool, fallback, observe ratelimit.Option) (*loginGuard, error) {
+	g := &loginGuard{byIP: byIP, checkPassword: checkPassword}
 	userName := ratelimit.ByUser(func(r *http.Request) (string, bool) {
 		u := r.PostFormValue("user")
 		return u, u != "" && len(u) <= 256
@@ -195,7 +208,7 @@ func (g *loginGuard) pairKey(r *http.Request) (string, bool) {
 // A success resets the IP and user name's failures (and lifts their block).
 func (g *loginGuard) serve(w http.ResponseWriter, r *http.Request) {
 	user, password := r.PostFormValue("user"), r.PostFormValue("password")
-	if subtle.ConstantTimeCompare([]byte(user), []byte("alice"))&subtle.ConstantTimeCompare([]byte(password), []byte("wonderland")) != 1 {
+	if !g.checkPassword(user, password) {
 		http.Error(w, "wrong user name or password", http.StatusUnauthorized)
 		return
 	}
@@ -205,6 +218,11 @@ func (g *loginGuard) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fmt.Fprintf(w, "welcome, %s\n", user)
+}
+
+// demoPassword knows one user: alice, password wonderland.
+func demoPassword(user, password string) bool {
+	return subtle.ConstantTimeCompare([]byte(user), []byte("alice"))&subtle.ConstantTimeCompare([]byte(password), []byte("wonderland")) == 1
 }
 
 // Bounds of ?pages=N on /api/search.
