@@ -157,9 +157,9 @@ func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func
 // failed attempts only (a success is refunded to all three), each for its
 // own identity, with its own policy.
 type loginGuard struct {
-	ip   *ratelimit.Limiter // per client IP: 20 failures per 15 minutes
+	ip   *ratelimit.Limiter // per client IP (IPv6: per /64): 20 failures per 15 minutes
 	user *ratelimit.Limiter // per user name, across all IPs: 100 failures per hour, no block
-	pair *ratelimit.Limiter // per IP and user name together: 5 per 15 minutes, then blocked for an hour
+	pair *ratelimit.Limiter // per IP (/64) and user name together: 5 per 15 minutes, then blocked for an hour
 	byIP *ratelimit.IPIdentifier
 
 	checkPassword func(user, password string) bool // demoPassword in the example
@@ -194,14 +194,18 @@ func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, checkPasswo
 	return g, nil
 }
 
-// pairKey is the key of a client IP and a user name together.
+// pairKey is the key of a client network and a user name together. The
+// network is login-ip's key: the client's /64 for IPv6 (so that rotating
+// addresses inside one allocation does not give fresh tries), its address
+// for IPv4, or ratelimit.UnknownIPKey, shared by every request whose
+// address cannot be determined.
 func (g *loginGuard) pairKey(r *http.Request) (string, bool) {
 	u := r.PostFormValue("user")
-	ip, ok := g.byIP.ClientIP(r)
-	if u == "" || len(u) > 256 || !ok {
+	if u == "" || len(u) > 256 {
 		return "", false
 	}
-	return "pair:" + ip.String() + "/" + u, true
+	ip, _ := g.byIP.Identify(r) // always applies
+	return "pair:" + ip + "/" + u, true
 }
 
 // serve checks the demo user's password: 401 when wrong, 200 when right.

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit/store"
+)
+
+// clock is a clock the tests move by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// loginServer is the example's router (newRouter, as run builds it) on a
+// memory store that reads clock, with the demo password check counted.
+type loginServer struct {
+	h      http.Handler
+	clock  *clock
+	checks atomic.Int64 // password checks: runs of the /login handler
+}
+
+func newLoginServer(t *testing.T) *loginServer {
+	t.Helper()
+	s := &loginServer{clock: &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
+	check := func(user, password string) bool {
+		s.checks.Add(1)
+		return demoPassword(user, password)
+	}
+	h, err := newRouter(store.NewMemory(store.WithClock(s.clock.Now)), store.NewMemory(), newMetrics(), check)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h = h
+	return s
+}
+
+// login posts a login form from the client at remote ("192.0.2.1:1234",
+// "[2001:db8::1]:1234").
+func (s *loginServer) login(remote, user, password string) *httptest.ResponseRecorder {
+	form := url.Values{"user": {user}, "password": {password}}
+	r := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.RemoteAddr = remote
+	w := httptest.NewRecorder()
+	s.h.ServeHTTP(w, r)
+	return w
+}
+
+// attempt is one login of a scenario and what it must get.
+type attempt struct {
+	wait     time.Duration // the clock moves this much first
+	remote   string
+	user     string
+	password string
+	status   int
+	// retryAfter, when not empty, is the Retry-After the answer must carry.
+	retryAfter string
+	// exhausted, when not empty, names the policy the RateLimit header must
+	// show with nothing left ("login-user-1h"): the one that denied.
+	exhausted string
+}
+
+// play runs the attempts in order (step 1 first) and checks that the password was checked
+// exactly for the attempts answered 200 or 401: a 429 never reaches the
+// handler.
+func (s *loginServer) play(t *testing.T, attempts []attempt) {
+	t.Helper()
+	for i, a := range attempts {
+		s.clock.Add(a.wait)
+		before := s.checks.Load()
+		w := s.login(a.remote, a.user, a.password)
+		where := fmt.Sprintf("step %d (%s as %s from %s)", i+1, map[bool]string{true: "right password", false: "wrong password"}[a.password == "wonderland"], a.user, a.remote)
+		if w.Code != a.status {
+			t.Fatalf("%s: status %d, want %d; RateLimit: %s; Retry-After: %q; body: %s",
+				where, w.Code, a.status, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"), strings.TrimSpace(w.Body.String()))
+		}
+		checked := s.checks.Load() - before
+		if want := int64(map[bool]int{true: 1}[a.status != http.StatusTooManyRequests]); checked != want {
+			t.Fatalf("%s: %d password checks, want %d (status %d)", where, checked, want, w.Code)
+		}
+		if a.retryAfter != "" && w.Header().Get("Retry-After") != a.retryAfter {
+			t.Fatalf("%s: Retry-After %q, want %q", where, w.Header().Get("Retry-After"), a.retryAfter)
+		}
+		if a.exhausted != "" && !strings.Contains(w.Header().Get("RateLimit"), `"`+a.exhausted+`";r=0;`) {
+			t.Fatalf("%s: RateLimit %q does not show %s exhausted", where, w.Header().Get("RateLimit"), a.exhausted)
+		}
+	}
+}
+
+// repeat returns n copies of a.
+func repeat(n int, a attempt) []attempt {
+	out := make([]attempt, n)
+	for i := range out {
+		out[i] = a
+	}
+	return out
+}
+
+// TestLoginIPv6RotationInsideA64: a client rotating its address inside one
+// IPv6 /64 is one client for login-pair, as for login-ip: 5 wrong passwords
+// for alice, then blocked for an hour, whatever the address; another /64
+// is not blocked.
+func TestLoginIPv6RotationInsideA64(t *testing.T) {
+	s := newLoginServer(t)
+	var steps []attempt
+	for n := 1; n <= 5; n++ {
+		steps = append(steps, attempt{remote: fmt.Sprintf("[2001:db8:1:2::%d]:1234", n), user: "alice", password: "nope", status: 401})
+	}
+	for n := 6; n <= 20; n++ {
+		steps = append(steps, attempt{remote: fmt.Sprintf("[2001:db8:1:2::%x]:1234", n), user: "alice", password: "nope",
+			status: 429, retryAfter: "3600", exhausted: "login-pair-15m"})
+	}
+	steps = append(steps,
+		// The block holds for the right password too, from any address of the /64.
+		attempt{remote: "[2001:db8:1:2:ffff::1]:1234", user: "alice", password: "wonderland", status: 429, retryAfter: "3600", exhausted: "login-pair-15m"},
+		// Another /64 (of the same /48, even) is not blocked.
+		attempt{remote: "[2001:db8:1:3::1]:1234", user: "alice", password: "nope", status: 401},
+		attempt{remote: "[2001:db8:1:3::2]:1234", user: "alice", password: "wonderland", status: 200},
+		// The /64 blocked for alice may still try other names.
+		attempt{remote: "[2001:db8:1:2::99]:1234", user: "bob", password: "nope", status: 401},
+		// After 59 minutes the block still holds; after 61 it is lifted.
+		attempt{wait: 59 * time.Minute, remote: "[2001:db8:1:2::100]:1234", user: "alice", password: "wonderland", status: 429, exhausted: "login-pair-15m"},
+		attempt{wait: 2 * time.Minute, remote: "[2001:db8:1:2::101]:1234", user: "alice", password: "wonderland", status: 200},
+	)
+	s.play(t, steps)
+	if got := s.checks.Load(); got != 9 {
+		t.Errorf("%d password checks in all, want 9 (5 from the /64 for alice, 1 for bob, 3 from elsewhere or after the block)", got)
+	}
+}
