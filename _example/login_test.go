@@ -148,3 +148,43 @@ func TestLoginIPv6RotationInsideA64(t *testing.T) {
 		t.Errorf("%d password checks in all, want 9 (5 from the /64 for alice, 1 for bob, 3 from elsewhere or after the block)", got)
 	}
 }
+
+// TestLoginBotnetDoesNotLockOutOwner: 20 addresses failing 5 times each
+// spend alice's 100 failures per hour. From then on a network with a
+// failure in the last 15 minutes is denied by login-user, but one with none
+// is not: the owner logs in from it, and an attacker gets one guess from
+// it, after which it has a failure.
+func TestLoginBotnetDoesNotLockOutOwner(t *testing.T) {
+	s := newLoginServer(t)
+	var steps []attempt
+	for a := 1; a <= 20; a++ {
+		steps = append(steps, repeat(5, attempt{remote: fmt.Sprintf("192.0.2.%d:1234", a), user: "alice", password: "nope", status: 401})...)
+	}
+	steps = append(steps,
+		// The owner, from a network with no failure: in.
+		attempt{remote: "198.51.100.7:1234", user: "alice", password: "wonderland", status: 200},
+		attempt{remote: "[2001:db8:7:7::1]:1234", user: "alice", password: "wonderland", status: 200},
+		// A network of the botnet: login-user denies, even the right password.
+		attempt{remote: "192.0.2.3:1234", user: "alice", password: "wonderland", status: 429, exhausted: "login-user-1h"},
+		// A network whose only failure was at another name: denied too.
+		attempt{remote: "203.0.113.9:1234", user: "bob", password: "nope", status: 401},
+		attempt{remote: "203.0.113.9:1234", user: "alice", password: "wonderland", status: 429, exhausted: "login-user-1h"},
+		// A fresh network gets one guess, then it has a failure.
+		attempt{remote: "198.51.100.8:1234", user: "alice", password: "nope", status: 401},
+		attempt{remote: "198.51.100.8:1234", user: "alice", password: "nope", status: 429, exhausted: "login-user-1h"},
+		// The same for IPv6, by /48: another /64 of the /48 is no fresh network.
+		attempt{remote: "[2001:db8:5:1::1]:1234", user: "alice", password: "nope", status: 401},
+		attempt{remote: "[2001:db8:5:1::2]:1234", user: "alice", password: "nope", status: 429, exhausted: "login-user-1h"},
+		attempt{remote: "[2001:db8:5:2::1]:1234", user: "alice", password: "nope", status: 429, exhausted: "login-user-1h"},
+		attempt{remote: "[2001:db8:5:ffff::1]:1234", user: "alice", password: "wonderland", status: 429, exhausted: "login-user-1h"},
+		// 15 minutes after its failure a network is fresh again: one more guess.
+		attempt{wait: 15 * time.Minute, remote: "198.51.100.8:1234", user: "alice", password: "nope", status: 401},
+		attempt{remote: "198.51.100.8:1234", user: "alice", password: "nope", status: 429, exhausted: "login-user-1h"},
+		attempt{remote: "192.0.2.3:1234", user: "alice", password: "wonderland", status: 200},
+		// The owner's successes reset nothing an attacker could use: the
+		// name's failures still count.
+		attempt{remote: "203.0.113.9:1234", user: "alice", password: "nope", status: 401},
+		attempt{remote: "203.0.113.9:1234", user: "alice", password: "nope", status: 429, exhausted: "login-user-1h"},
+	)
+	s.play(t, steps)
+}

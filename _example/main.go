@@ -9,9 +9,10 @@
 //	GET /api/search?pages=N 30/m per client IP; costs N, a whole number from 1 to 10
 //	                        (default 1); any other value is a 400 problem document
 //	POST /login             form fields user and password (demo: alice / wonderland);
-//	                        only failed attempts count: 5/15m per IP and user name
-//	                        together (then blocked 1h), 20/15m per IP, 100/h per
-//	                        user name; a successful login resets its IP and user name
+//	                        only failures count, IPv6 clients by /64: 5/15m per IP
+//	                        and user name (then blocked 1h), 20/15m per IP, 100/h per
+//	                        user name (not enforced on networks with no failure in
+//	                        15m); a success resets only the IP and user name pair
 //	GET /healthz            not limited
 //	GET /metrics            the limiters' decisions by policy and outcome, store errors,
 //	                        circuit state (Prometheus text format); not limited
@@ -138,7 +139,7 @@ func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	r.Handle("/metrics", m)
-	r.With(login.ip.Handler, login.user.Handler, login.pair.Handler).Post("/login", login.serve)
+	r.With(login.ip.Handler, login.net.Handler, login.user.Handler, login.userClean.Handler, login.pair.Handler).Post("/login", login.serve)
 	r.Route("/api", func(r chi.Router) {
 		r.With(hello.Handler).Get("/hello", func(w http.ResponseWriter, r *http.Request) {
 			res, _ := ratelimit.FromContext(r.Context())
@@ -153,14 +154,21 @@ func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func
 	return r, nil
 }
 
-// loginGuard holds the three Limiters of POST /login, stacked: each counts
-// failed attempts only (a success is refunded to all three), each for its
-// own identity, with its own policy.
+// loginGuard holds the Limiters of POST /login, stacked in this order:
+// each counts failed attempts only (a success is refunded to all), each
+// for its own identity, with its own policy.
 type loginGuard struct {
-	ip   *ratelimit.Limiter // per client IP (IPv6: per /64): 20 failures per 15 minutes
-	user *ratelimit.Limiter // per user name, across all IPs: 100 failures per hour, no block
-	pair *ratelimit.Limiter // per IP (/64) and user name together: 5 per 15 minutes, then blocked for an hour
-	byIP *ratelimit.IPIdentifier
+	ip  *ratelimit.Limiter // per client IP (IPv6: per /64): 20 failures per 15 minutes
+	net *ratelimit.Limiter // per network (IPv6: per /48): denies nothing, marks a network that failed in the last 15 minutes
+	// user and userClean share one policy, so one count per user name
+	// across all networks: 100 failures per hour, no block. user limits
+	// the networks net marked; userClean, a dry run, counts the others
+	// and never denies them, so that whoever spends a name's failures
+	// does not lock its owner out.
+	user, userClean *ratelimit.Limiter
+	pair            *ratelimit.Limiter // per IP (/64) and user name together: 5 per 15 minutes, then blocked for an hour
+	netPolicy       *ratelimit.Policy
+	byIP            *ratelimit.IPIdentifier
 
 	checkPassword func(user, password string) bool // demoPassword in the example
 }
@@ -180,11 +188,26 @@ func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, checkPasswo
 		ratelimit.WithIdentifiers(byIP), onlyFailures, fallback, observe); err != nil {
 		return nil, err
 	}
-	// No block per user name alone: anyone could lock the owner out of the
-	// account by failing on purpose. The slow limit only stops a
-	// distributed guessing of one account's password.
-	if g.user, err = ratelimit.New(st, ratelimit.MustParsePolicy("100/h", ratelimit.Named("login-user")),
-		ratelimit.WithIdentifiers(userName), onlyFailures, fallback, observe); err != nil {
+	// login-net holds one failure per network for 15 minutes. In a dry run
+	// a request it would deny is served and not charged: a network is clean
+	// again 15 minutes after the failure that marked it. It limits nothing,
+	// so it sends no headers.
+	g.netPolicy = ratelimit.MustParsePolicy("1/15m", ratelimit.Named("login-net"))
+	if g.net, err = ratelimit.New(st, g.netPolicy, ratelimit.WithIdentifiers(ratelimit.IdentifierFunc(g.netKey)),
+		ratelimit.WithDryRun(true), ratelimit.WithHeaders(ratelimit.HeadersNone), onlyFailures, fallback, observe); err != nil {
+		return nil, err
+	}
+	// No block per user name, and no denial of a clean network by it:
+	// anyone could lock the owner out by failing on purpose. The slow limit
+	// stops a distributed guessing of one name's password from networks
+	// that failed before.
+	userPolicy := ratelimit.MustParsePolicy("100/h", ratelimit.Named("login-user"))
+	if g.user, err = ratelimit.New(st, userPolicy, ratelimit.WithIdentifiers(userName),
+		ratelimit.WithSkip(g.clean), onlyFailures, fallback, observe); err != nil {
+		return nil, err
+	}
+	if g.userClean, err = ratelimit.New(st, userPolicy, ratelimit.WithIdentifiers(userName), ratelimit.WithDryRun(true),
+		ratelimit.WithSkip(func(r *http.Request) bool { return !g.clean(r) }), onlyFailures, fallback, observe); err != nil {
 		return nil, err
 	}
 	if g.pair, err = ratelimit.New(st, ratelimit.MustParsePolicy("5/15m", ratelimit.Named("login-pair"), ratelimit.BlockFor(time.Hour)),
@@ -192,6 +215,31 @@ func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, checkPasswo
 		return nil, err
 	}
 	return g, nil
+}
+
+// clean reports whether the request comes from a network with no failed
+// login in the last 15 minutes: login-net, which ran before, had room for
+// it. A request login-net could not decide is not clean.
+func (g *loginGuard) clean(r *http.Request) bool {
+	for _, res := range ratelimit.AllFromContext(r.Context()) {
+		if res.Policy == g.netPolicy {
+			return res.Err == nil && res.Decision.Allowed
+		}
+	}
+	return false
+}
+
+// netKey is login-net's key: the client's /48 for IPv6, so that whoever
+// holds a /48 (a site's allocation, free from some tunnel brokers) has one
+// clean network and not 65,536; login-ip's key otherwise. It comes from
+// byIP, so that both find the client the same way.
+func (g *loginGuard) netKey(r *http.Request) (string, bool) {
+	if ip, ok := g.byIP.ClientIP(r); ok && ip.Is6() {
+		if p, err := ip.Prefix(48); err == nil {
+			return "ip:" + p.String(), true
+		}
+	}
+	return g.byIP.Identify(r)
 }
 
 // pairKey is the key of a client network and a user name together. The
@@ -208,8 +256,12 @@ func (g *loginGuard) pairKey(r *http.Request) (string, bool) {
 	return "pair:" + ip + "/" + u, true
 }
 
-// serve checks the demo user's password: 401 when wrong, 200 when right.
-// A success resets the IP and user name's failures (and lifts their block).
+// serve checks the password: 401 when wrong, 200 when right. A success
+// resets the pair (its failures and its block) and nothing else: not
+// login-ip nor login-net, or an attacker with an account of its own could
+// clear its network's failures between guesses at other names; not the
+// user name, or the owner logging in during an attack would give the
+// attacker a fresh 100.
 func (g *loginGuard) serve(w http.ResponseWriter, r *http.Request) {
 	user, password := r.PostFormValue("user"), r.PostFormValue("password")
 	if !g.checkPassword(user, password) {
