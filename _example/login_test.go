@@ -79,6 +79,8 @@ type attempt struct {
 	// exhausted, when not empty, names the policy the RateLimit header must
 	// show with nothing left ("login-user-1h"): the one that denied.
 	exhausted string
+	// rateLimit, when not empty, is a part the RateLimit header must hold.
+	rateLimit string
 }
 
 // play runs the attempts in order (step 1 first) and checks that the password was checked
@@ -104,6 +106,9 @@ func (s *loginServer) play(t *testing.T, attempts []attempt) {
 		}
 		if a.exhausted != "" && !strings.Contains(w.Header().Get("RateLimit"), `"`+a.exhausted+`";r=0;`) {
 			t.Fatalf("%s: RateLimit %q does not show %s exhausted", where, w.Header().Get("RateLimit"), a.exhausted)
+		}
+		if !strings.Contains(w.Header().Get("RateLimit"), a.rateLimit) {
+			t.Fatalf("%s: RateLimit %q does not hold %q", where, w.Header().Get("RateLimit"), a.rateLimit)
 		}
 	}
 }
@@ -187,4 +192,35 @@ func TestLoginBotnetDoesNotLockOutOwner(t *testing.T) {
 		attempt{remote: "203.0.113.9:1234", user: "alice", password: "nope", status: 429, exhausted: "login-user-1h"},
 	)
 	s.play(t, steps)
+}
+
+// TestLoginSuccessResetsOnlyThePair: the right password resets the pair's
+// failures, so the client has its 5 tries again before the hour's block,
+// but not the IP's nor the user name's: they still count the failures
+// before the success.
+func TestLoginSuccessResetsOnlyThePair(t *testing.T) {
+	s := newLoginServer(t)
+	const ip = "192.0.2.1:1234"
+	wrong := func(user string) attempt {
+		return attempt{remote: ip, user: user, password: "nope", status: 401}
+	}
+	steps := repeat(4, wrong("alice"))
+	steps = append(steps,
+		attempt{remote: ip, user: "alice", password: "wonderland", status: 200},
+		attempt{remote: ip, user: "alice", password: "nope", status: 401,
+			rateLimit: `"login-ip-15m";r=15;t=900, "login-user-1h";r=95;t=3600, "login-pair-15m";r=4;t=900`})
+	steps = append(steps, repeat(4, wrong("alice"))...)
+	steps = append(steps, attempt{remote: ip, user: "alice", password: "nope", status: 429, retryAfter: "3600", exhausted: "login-pair-15m"})
+	// 9 failures so far count for the IP: 11 more at other names reach its 20.
+	steps = append(steps, repeat(5, wrong("bob"))...)
+	steps = append(steps, repeat(5, wrong("carol"))...)
+	steps = append(steps,
+		attempt{remote: ip, user: "dave", password: "nope", status: 401, rateLimit: `"login-ip-15m";r=0;`},
+		attempt{remote: ip, user: "erin", password: "nope", status: 429, exhausted: "login-ip-15m"},
+		attempt{remote: ip, user: "alice", password: "wonderland", status: 429, exhausted: "login-ip-15m"},
+	)
+	s.play(t, steps)
+	if got := s.checks.Load(); got != 21 {
+		t.Errorf("%d password checks in all, want 21 (20 failures, 1 success)", got)
+	}
 }
