@@ -257,11 +257,11 @@ func (g *loginGuard) pairKey(r *http.Request) (string, bool) {
 }
 
 // serve checks the password: 401 when wrong, 200 when right. A success
-// resets the pair (its failures and its block) and nothing else: not
-// login-ip nor login-net, or an attacker with an account of its own could
-// clear its network's failures between guesses at other names; not the
-// user name, or the owner logging in during an attack would give the
-// attacker a fresh 100.
+// resets the pair's failures and nothing else: not login-ip's nor
+// login-net's, or an attacker with an account of its own could clear its
+// network's failures between guesses at other names; not the user name's,
+// or the owner logging in during an attack would give the attacker a
+// fresh 100.
 func (g *loginGuard) serve(w http.ResponseWriter, r *http.Request) {
 	user, password := r.PostFormValue("user"), r.PostFormValue("password")
 	if !g.checkPassword(user, password) {
