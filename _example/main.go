@@ -159,7 +159,7 @@ func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func
 // for its own identity, with its own policy.
 type loginGuard struct {
 	ip  *ratelimit.Limiter // per client IP (IPv6: per /64): 20 failures per 15 minutes
-	net *ratelimit.Limiter // per network (IPv6: per /48): denies nothing, marks a network that failed in the last 15 minutes
+	net *ratelimit.Limiter // per network (IPv6: per /48): denies nothing; a failure marks its network for 15 minutes
 	// user and userClean share one policy, so one count per user name
 	// across all networks: 100 failures per hour, no block. user limits
 	// the networks net marked; userClean, a dry run, counts the others
@@ -217,9 +217,11 @@ func loginLimiters(st ratelimit.Store, byIP *ratelimit.IPIdentifier, checkPasswo
 	return g, nil
 }
 
-// clean reports whether the request comes from a network with no failed
-// login in the last 15 minutes: login-net, which ran before, had room for
-// it. A request login-net could not decide is not clean.
+// clean reports whether the request comes from a network login-net has
+// not marked: login-net, which ran before, had room for it. A failure
+// marks its network for 15 minutes; so does, while it is served, a request
+// not yet known to succeed. A request login-net could not decide is not
+// clean.
 func (g *loginGuard) clean(r *http.Request) bool {
 	for _, res := range ratelimit.AllFromContext(r.Context()) {
 		if res.Policy == g.netPolicy {
