@@ -93,7 +93,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var held error
 		res.Decision, fallback, failed, res.Err, held = l.acquire(r.Context(), r, a, l.maxDelay)
 		if held != nil {
-			return // the client left while held: its place was given back
+			// The client left while held: its place was given back, and
+			// the Limiters outside, which charged it, give theirs back too.
+			refuseOuter(&frame{outer: frameOf(r.Context())})
+			return
 		}
 	} else {
 		res.Decision, fallback, failed, res.Err = l.decide(r.Context(), r, a)

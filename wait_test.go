@@ -333,3 +333,34 @@ func TestMaxDelayHolds(t *testing.T) {
 }
 
 type seqKey struct{}
+
+// TestHeldRequestLeftRefundsOuter: a request held by an inner Limiter
+// (WithMaxDelay) whose client leaves is never served, so the Limiter
+// outside it, which charged it, gives its charge back.
+func TestHeldRequestLeftRefundsOuter(t *testing.T) {
+	clk := newSimClock(clockStart)
+	mem := store.NewMemory(store.WithClock(clk.Now))
+	outer := newLimiter(t, mem, ratelimit.MustParsePolicy("5/m", ratelimit.Named("outer")))
+	inner := newLimiter(t, mem, ratelimit.MustParsePolicy("1/m", ratelimit.Named("inner")), ratelimit.WithMaxDelay(time.Hour))
+	for _, l := range []*ratelimit.Limiter{outer, inner} {
+		ratelimit.SetLogClock(l, clk.Now)
+		ratelimit.SetSleep(l, clk.Sleep)
+	}
+	served := 0
+	h := outer.Handler(inner.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ })))
+	var wg sync.WaitGroup
+	clk.Go(&wg, func() { h.ServeHTTP(httptest.NewRecorder(), getFrom(ipA)) })
+	<-clk.idle
+	ctx, leave := context.WithCancel(context.Background())
+	clk.Go(&wg, func() { h.ServeHTTP(httptest.NewRecorder(), getFrom(ipA).WithContext(ctx)) })
+	<-clk.idle // held by inner until +1m
+	leave()
+	wg.Wait()
+	if served != 1 {
+		t.Fatalf("served %d, want 1 (the second left while held)", served)
+	}
+	d, err := outer.AllowN(context.Background(), 0, "ip:203.0.113.7")
+	if err != nil || d.Remaining != 4 {
+		t.Fatalf("outer: %d left, %v; want 4: the request that left while held stays charged", d.Remaining, err)
+	}
+}
