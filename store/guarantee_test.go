@@ -1,9 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,27 +34,64 @@ func edgeTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 	return out
 }
 
+// lineTrace crowds a few keys with requests that wait in line: many
+// reservations on one to three keys (so a key with room waits for one
+// without), costs of 1 to 3, partial grants and refunds of earlier steps
+// (reservations still in line among them), with the clock moving by
+// fractions of the shortest period so that the limits are hit often.
+func lineTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
+	periodUS, _, _, _ := p.Compiled()
+	short := slices.Min(periodUS)
+	keys := []string{"a", "b", "c"}
+	var at time.Duration
+	out := make([]step, steps)
+	for i := range out {
+		at += time.Duration(rng.Int64N(short/3+1)) * time.Microsecond
+		ks := slices.Clone(keys[:1+rng.IntN(len(keys))])
+		rng.Shuffle(len(ks), func(a, b int) { ks[a], ks[b] = ks[b], ks[a] })
+		if rng.IntN(3) == 0 {
+			ks = ks[len(ks)-1:]
+		}
+		s := step{at: at, keys: ks, cost: 1 + int64(rng.IntN(3))}
+		switch r := rng.IntN(10); {
+		case r < 4:
+			s.op = opReserve
+			s.maxDelay = time.Duration(rng.Int64N(2*slices.Max(periodUS)+1)) * time.Microsecond
+		case r < 6:
+			s.op = opUpTo
+		case r < 7 && i > 0:
+			s.op, s.ref = opRefund, rng.IntN(i)
+		}
+		out[i] = s
+	}
+	return out
+}
+
 // maxOver records, per algorithm, the largest admitted cost seen in one
 // window of Period as a multiple of Rate (the approximation's overshoot).
 var maxOver = map[ratelimit.Algorithm]float64{}
 
 // TestGuarantees replays random and edge traces through the memory store
 // (the reference; the equivalence tests hold Redis to it), records every
-// admission (at its release time, for reservations), and checks each
-// algorithm's documented guarantee over every window by brute force. Each
-// denial is checked too: it must be justified by cost admitted within the
-// algorithm's counted span (the exact log: within the window, no more),
-// and waiting exactly RetryAfter must be necessary and sufficient.
+// admission on every key it charged (at its release time, for
+// reservations), and checks each algorithm's documented guarantee over
+// every window of every key by brute force. The random traces mix
+// requests on one to three keys, costs above 1, partial grants,
+// reservations and refunds (of reservations still in line too). Each
+// denial is checked too: some key must have had no room for the cost
+// within the algorithm's counted span (the exact log: within the window,
+// no more), and waiting exactly RetryAfter must be necessary and
+// sufficient.
 func TestGuarantees(t *testing.T) {
 	ctx := context.Background()
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg)+11, 3))
-			var nAdmitted, nDenied, nReserved int
+			var nAdmitted, nDenied, nReserved, nMulti, nGrants int
 			defer func() {
-				t.Logf("%s: %d admitted (%d reserved), %d denied", alg, nAdmitted, nReserved, nDenied)
-				if nAdmitted == 0 || nDenied == 0 {
-					t.Errorf("%s: the traces never admitted or never denied", alg)
+				t.Logf("%s: %d admitted (%d reserved, %d on several keys, %d partial grants), %d denied", alg, nAdmitted, nReserved, nMulti, nGrants, nDenied)
+				if nAdmitted == 0 || nDenied == 0 || nMulti == 0 || nGrants == 0 || (alg == ratelimit.TokenBucket || alg == ratelimit.SlidingLog) && nReserved == 0 {
+					t.Errorf("%s: the traces missed a kind of step", alg)
 				}
 			}()
 			for n := range traceCount(t) {
@@ -62,12 +102,14 @@ func TestGuarantees(t *testing.T) {
 					}
 				}
 				var trace []step
-				if n%2 == 0 {
+				switch {
+				case n%3 == 0:
 					trace = edgeTrace(rng, p, 40)
-				} else {
+				case n%3 == 1:
+					trace = lineTrace(rng, p, 40)
+				default:
 					trace = randomTrace(rng, p, 40)
 					for i := range trace {
-						trace[i].keys, trace[i].id = []string{"k"}, ""
 						trace[i].cost++
 						if trace[i].op == opReset {
 							trace[i].op = opTake
@@ -76,17 +118,21 @@ func TestGuarantees(t *testing.T) {
 				}
 				var clk clock
 				mem := NewMemory(WithClock(clk.Now))
-				var admitted []event
-				// A refund takes its charge's event out of those checked:
+				admitted := map[string][]event{}
+				// A refund takes its charge's events out of those checked:
 				// what is left must still keep the guarantee. Refunds may
 				// give back less than exact, so after one a denial need not
 				// be justified by the events any more.
+				type mark struct {
+					key string
+					i   int
+				}
 				receipts := make([]ratelimit.Receipt, len(trace))
-				events := make([]int, len(trace)) // index+1 in admitted
+				events := make([][]mark, len(trace))
 				refunded := false
 				take := func(at int64, s step) ratelimit.Decision {
 					clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
-					req := ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: s.cost}
+					req := ratelimit.Request{Policy: p, Keys: s.keys, Cost: s.cost, ID: s.id}
 					var d ratelimit.Decision
 					var err error
 					switch s.op {
@@ -100,12 +146,21 @@ func TestGuarantees(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if d.Allowed {
+					if d.Allowed && !d.Repeated {
 						nAdmitted++
 						if d.Delay > 0 {
 							nReserved++
 						}
-						admitted = append(admitted, event{at + d.Delay.Microseconds(), d.Granted})
+						if len(s.keys) > 1 {
+							nMulti++
+						}
+						if s.op == opUpTo && d.Granted < s.cost {
+							nGrants++
+						}
+						// The keys charged: those a request ID answered before are not.
+						for _, k := range d.Receipt.Keys() {
+							admitted[k] = append(admitted[k], event{at + d.Delay.Microseconds(), d.Granted})
+						}
 						if s.op != opUpTo && d.Granted != s.cost {
 							t.Fatalf("trace %d: granted %d of cost %d", n, d.Granted, s.cost)
 						}
@@ -114,6 +169,11 @@ func TestGuarantees(t *testing.T) {
 						}
 					}
 					return d
+				}
+				checkAll := func(i int) {
+					for _, ev := range admitted {
+						checkAdmissions(t, p, ev, n, i)
+					}
 				}
 				// The clock never goes back; reserved admissions lie ahead of
 				// it until their release, so a refund may cancel a wait.
@@ -126,24 +186,30 @@ func TestGuarantees(t *testing.T) {
 						if err := mem.Refund(ctx, receipts[s.ref]); err != nil {
 							t.Fatal(err)
 						}
-						if e := events[s.ref]; e > 0 && admitted[e-1].cost > 0 {
-							admitted[e-1].cost = 0 // it no longer counts
-							refunded = true
+						for _, m := range events[s.ref] {
+							if e := &admitted[m.key][m.i]; e.cost > 0 {
+								e.cost = 0 // it no longer counts
+								refunded = true
+							}
 						}
-						receipts[s.ref] = ratelimit.Receipt{}
+						receipts[s.ref], events[s.ref] = ratelimit.Receipt{}, nil
 						continue
 					}
 					d := take(at, s)
 					receipts[i] = d.Receipt
-					if d.Allowed {
-						events[i] = len(admitted)
+					if d.Allowed && !d.Repeated {
+						for _, k := range d.Receipt.Keys() {
+							events[i] = append(events[i], mark{k, len(admitted[k]) - 1})
+						}
 					}
 					if d.Allowed {
-						checkAdmissions(t, p, admitted, n, i)
-						if s.op == opUpTo && d.Granted < s.cost {
+						checkAll(i)
+						if s.op == opUpTo && d.Granted < s.cost && s.id == "" && !waiting(admitted, s.keys, at) {
 							// The grant is all there was: one more unit is denied.
+							// (With an ID, keys its record answers are not asked;
+							// with reservations in line, a grant is conservative.)
 							c := s
-							c.op, c.cost = opTake, 1
+							c.op, c.cost, c.id = opTake, 1, ""
 							if take(at, c).Allowed {
 								t.Fatalf("trace %d step %d (%s): granted %d of %d, yet one more fits", n, i, p, d.Granted, s.cost)
 							}
@@ -154,8 +220,8 @@ func TestGuarantees(t *testing.T) {
 					if s.op == opUpTo {
 						s.cost = 1 // a grant of 0 reports the wait for one unit
 					}
-					if !refunded {
-						checkDenial(t, p, admitted, at, s.cost, n, i)
+					if !refunded && !deniedByAKey(p, admitted, s.keys, at, s.cost) {
+						t.Fatalf("trace %d step %d: %s denied cost %d on %q at +%dµs though every limit of every key had room; admitted: %v", n, i, p, s.cost, s.keys, at, admitted)
 					}
 					if d.RetryAfter == ratelimit.Never {
 						if s.cost <= p.MaxCost() {
@@ -167,7 +233,10 @@ func TestGuarantees(t *testing.T) {
 					if r <= 0 {
 						t.Fatalf("trace %d step %d: denied with RetryAfter %s", n, i, d.RetryAfter)
 					}
-					if s.op == opReserve && p.Reserves() && r <= s.maxDelay.Microseconds() {
+					if s.id != "" {
+						continue // keys its ID's records answered were not asked: RetryAfter speaks for the others
+					}
+					if s.op == opReserve && p.Reserves() && r <= s.maxDelay.Microseconds() && !queueFull(mem, p, s.keys) {
 						t.Fatalf("trace %d step %d (%s): not reserved though it fits in %s, within the maximum %s", n, i, p, d.RetryAfter, s.maxDelay)
 					}
 					plain := step{keys: s.keys, cost: s.cost}
@@ -178,7 +247,7 @@ func TestGuarantees(t *testing.T) {
 					if !take(at+r, plain).Allowed {
 						t.Fatalf("trace %d step %d (%s): denied after waiting RetryAfter %s", n, i, p, d.RetryAfter)
 					}
-					checkAdmissions(t, p, admitted, n, i)
+					checkAll(i)
 				}
 			}
 			if alg == ratelimit.SlidingWindowApprox {
@@ -186,6 +255,47 @@ func TestGuarantees(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waiting reports whether one of keys has a reservation still in line at
+// time at.
+func waiting(admitted map[string][]event, keys []string, at int64) bool {
+	for _, k := range keys {
+		for _, e := range admitted[k] {
+			if e.at > at && e.cost > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// queueFull reports whether one of keys holds as many pending
+// reservations as it may (then a request is not reserved).
+func queueFull(m *Memory, p *ratelimit.Policy, keys []string) bool {
+	for _, k := range keys {
+		mk := m.memKey(p.ID(), k)
+		sh := &m.shards[maphash.String(m.seed, k)&m.mask]
+		sh.mu.Lock()
+		e := sh.m[mk]
+		full := e != nil && len(e.pend) >= maxPending
+		sh.mu.Unlock()
+		if full {
+			return true
+		}
+	}
+	return false
+}
+
+// deniedByAKey reports whether some key of keys had no room for cost at
+// time at, by the events admitted on it (see checkDenial).
+func deniedByAKey(p *ratelimit.Policy, admitted map[string][]event, keys []string, at, cost int64) bool {
+	for _, k := range keys {
+		if justified(p, admitted[k], at, cost) {
+			return true
+		}
+	}
+	return false
 }
 
 // windowMax is the largest cost admitted in one half-open window
@@ -225,8 +335,11 @@ func checkAdmissions(t *testing.T, p *ratelimit.Policy, ev []event, n, i int) {
 				maxOver[p.Algorithm()] = max(maxOver[p.Algorithm()], float64(m)/float64(l.Rate))
 			}
 		case ratelimit.TokenBucket:
-			// For every pair s ≤ t: admitted in [s, t] · T ≤ Burst · T + (t − s).
+			// For every pair s ≤ t: admitted in [s, t] · T ≤ Burst · T + (t − s),
+			// over the events in order of time (a reservation is admitted
+			// before events that come earlier than its release).
 			T := widthUS[li]
+			ev := slices.SortedStableFunc(slices.Values(ev), func(a, b event) int { return cmp.Compare(a.at, b.at) })
 			for a := range ev {
 				sum := int64(0)
 				for b := a; b < len(ev); b++ {
@@ -240,16 +353,16 @@ func checkAdmissions(t *testing.T, p *ratelimit.Policy, ev []event, n, i int) {
 	}
 }
 
-// checkDenial verifies that some limit really had no room for cost.
-func checkDenial(t *testing.T, p *ratelimit.Policy, ev []event, at, cost int64, n, i int) {
-	t.Helper()
+// justified reports whether some limit really had no room for cost at
+// time at, given the events admitted on one key.
+func justified(p *ratelimit.Policy, ev []event, at, cost int64) bool {
 	periodUS, widthUS, _, _ := p.Compiled()
 	// Reservations are served in order: while one is pending (an event
 	// ahead of at), a request that does not wait is denied.
 	if p.Reserves() {
 		for _, e := range ev {
 			if e.at > at && e.cost > 0 {
-				return
+				return true
 			}
 		}
 	}
@@ -279,24 +392,24 @@ func checkDenial(t *testing.T, p *ratelimit.Policy, ev []event, at, cost int64, 
 		switch p.Algorithm() {
 		case ratelimit.SlidingLog:
 			if exactExceeds(periodUS[li], l.Rate) {
-				return
+				return true
 			}
 		case ratelimit.SlidingWindow:
 			if p.Counter(li) == ratelimit.CounterLog {
 				if exactExceeds(periodUS[li], l.Rate) {
-					return
+					return true
 				}
 				break
 			}
 			// A sub-bucket counts until its latest admission + Period.
 			if sumIn(ev, at-periodUS[li]-widthUS[li]+2, at)+cost > l.Rate {
-				return
+				return true
 			}
 		case ratelimit.FixedWindow:
 			start := at + t0.UnixMicro()
 			start -= start % periodUS[li]
 			if sumIn(ev, start-t0.UnixMicro(), at)+cost > l.Rate {
-				return
+				return true
 			}
 		case ratelimit.SlidingWindowApprox:
 			P := periodUS[li]
@@ -306,14 +419,14 @@ func checkDenial(t *testing.T, p *ratelimit.Policy, ev []event, at, cost int64, 
 			e := abs % P
 			est := float64(float64(prev)*float64(P-e)) / float64(P)
 			if math.Floor(float64(l.Rate-cur)-est) < float64(cost) {
-				return
+				return true
 			}
 		case ratelimit.TokenBucket:
 			// Some interval [a, b] holding at, reserved admissions ahead
 			// of it included, would exceed Burst + (b−a)/T.
 			T := widthUS[li]
 			if cost > l.Burst {
-				return
+				return true
 			}
 			times := []int64{at}
 			for _, e := range ev {
@@ -322,13 +435,13 @@ func checkDenial(t *testing.T, p *ratelimit.Policy, ev []event, at, cost int64, 
 			for _, a := range times {
 				for _, b := range times {
 					if a <= at && b >= at && (sumIn(ev, a, b)+cost)*T > l.Burst*T+(b-a) {
-						return
+						return true
 					}
 				}
 			}
 		}
 	}
-	t.Fatalf("trace %d step %d: %s denied cost %d at +%dµs though every limit had room; admitted: %v", n, i, p, cost, at, ev)
+	return false
 }
 
 func sumIn(ev []event, from, to int64) int64 {
