@@ -135,6 +135,43 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 }
 
+// TestIdempotencyReplayDuringBlock: a block (BlockFor) holds against
+// replays of Idempotency-Keys admitted before it: no handler runs for the
+// identity until the block ends.
+func TestIdempotencyReplayDuringBlock(t *testing.T) {
+	mr := miniredis.RunT(t)
+	mini, err := store.NewRedis(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]ratelimit.Store{"memory": store.NewMemory(), "miniredis": mini} {
+		t.Run(name, func(t *testing.T) {
+			lim := newLimiter(t, s, ratelimit.MustParsePolicy("2/m", ratelimit.BlockFor(time.Hour)), ratelimit.WithIdempotencyKey("Idempotency-Key"))
+			var runs atomic.Int64
+			h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }))
+			send := func(key string) int {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, getFrom(ipA, "Idempotency-Key", key))
+				return w.Code
+			}
+			for i, want := range []int{200, 200, 429} { // the third starts the hour's block
+				if code := send(fmt.Sprintf("order-%d", i)); code != want {
+					t.Fatalf("step %d: %d, want %d", i, code, want)
+				}
+			}
+			before := runs.Load()
+			for i := 0; i < 12; i++ {
+				if code := send(fmt.Sprintf("order-%d", i%2)); code != http.StatusTooManyRequests {
+					t.Fatalf("step %d: replay of an admitted key during the block answered %d", i+3, code)
+				}
+			}
+			if runs.Load() != before {
+				t.Fatalf("the handler ran %d times during the block, want 0", runs.Load()-before)
+			}
+		})
+	}
+}
+
 // TestRefundIf: with WithRefundIf counting only failures, successful
 // requests are given back; the status is seen through Flush and
 // ResponseController.

@@ -147,9 +147,12 @@ const MaxLogRate = 1000
 
 // MaxSpan bounds how far ahead of now a store may have to remember a
 // time: a token bucket's Burst × emission interval, a penalty
-// (BlockFor) and a reservation (Limiter.Wait) each stay within it, so
-// that every stored time stays below 2^53 µs (exact in Redis Lua) for
-// the next two centuries.
+// (BlockFor) and a reservation (Limiter.Wait) each stay within it. The
+// furthest a store computes ahead of its clock is a reservation of
+// MaxSpan on a bucket of MaxSpan, kept a quarter of that longer (2.25 ×
+// MaxSpan), so every time the stores compute in microseconds stays below
+// 2^53 (exact in the doubles of Redis Lua) while the clock reads before
+// 2^53 − 2.25 × 2^50 µs after the Unix epoch: February 2175.
 const MaxSpan = time.Duration(1<<50) * time.Microsecond
 
 // Limit is one rule of a Policy: at most Rate units of cost per Period.
@@ -213,7 +216,7 @@ type Policy struct {
 
 // storeLayout is the version of the stores' counter layout (see
 // store/algorithm.go); it is part of every policy's ID.
-const storeLayout = 3
+const storeLayout = 4
 
 // DefaultPolicyName is the name of a policy built without a name.
 const DefaultPolicyName = "default"

@@ -4,12 +4,74 @@
 -- emission interval, or the period), n (sub-buckets), period (µs), off
 -- (its first field) and, for a log, the slots per chunk field.
 -- s holds the fields of one identity read so far: s[1] the time of the
--- last charge; s.b, s.l, s.r the penalty's end, its limit, and the latest
--- reservation's release time; numbered fields from 2 the limits' own, as
--- numbers, except a log's chunks (strings of 16-digit times; false when
--- the field does not exist).
+-- last charge; s.b, s.l the penalty's end and its limit; numbered fields
+-- from 2 the limits' own, as numbers, except a log's chunks (strings of
+-- 16-digit times; false when the field does not exist); s.qa, s.qc, s.h
+-- the pending reservations (release times and costs, in order of release)
+-- and the units they hold (see store/algorithm.go): the field q, 26
+-- digits each (16 of release time, 10 of cost).
 local floor, ceil, sub, fmt = math.floor, math.ceil, string.sub, string.format
 local ZERO16 = '0000000000000000'
+
+-- Resend IDs. Every script call carries an ID (RIDLEN characters) that
+-- go-redis writes again, prefixed with '!' and followed by the call's
+-- horizon (µs; 0: none), when it sends the call again after losing its
+-- reply (store/resend.go). A key's field d holds, after 16 digits of the
+-- time its last ID was pushed out, the IDs of its last RIDN charges.
+local RESEND_LOST = 'RESEND ratelimit: a resent call found no record of its first run (more charges of its key came between than the key remembers); nothing was charged'
+
+-- resend splits the resend ID argument: the ID, whether this is a resend,
+-- and the horizon within which its first run ran.
+local function resend(arg)
+  if sub(arg, 1, 1) ~= '!' then return arg, false, 0 end
+  return sub(arg, 2, RIDLEN + 1), true, tonumber(sub(arg, RIDLEN + 2)) or 0
+end
+
+-- resendfound reports whether d lists the ID rid.
+local function resendfound(d, rid)
+  if not d or rid == '' then return false end
+  local q = string.find(d, rid, 17, true)
+  while q and (q - 17) % RIDLEN ~= 0 do q = string.find(d, rid, q + 1, true) end
+  return q ~= nil
+end
+
+-- resendlost reports whether d may have pushed out an ID charged within
+-- horizon of now (any time, for horizon 0).
+local function resendlost(d, now, horizon)
+  if not d then return false end
+  local pt = tonumber(sub(d, 1, 16)) or 0
+  return pt > 0 and (horizon == 0 or pt >= now - horizon)
+end
+
+-- resendrecord returns d with rid added, the oldest ID pushed out (and the
+-- time noted) when it holds RIDN already.
+local function resendrecord(d, rid, now)
+  local pt, ids = ZERO16, ''
+  if d then pt, ids = sub(d, 1, 16), sub(d, 17) end
+  ids = ids .. rid
+  if #ids > RIDLEN * RIDN then ids, pt = sub(ids, RIDLEN + 1), fmt('%016d', now) end
+  return pt .. ids
+end
+
+-- pending reads the field q (a string, or false/nil) into s.
+local function pending(s, q)
+  local qa, qc, h = {}, {}, 0
+  if q then
+    for i = 1, #q - QLEN + 1, QLEN do
+      local n = #qa + 1
+      qa[n], qc[n] = tonumber(sub(q, i, i + 15)), tonumber(sub(q, i + 16, i + QLEN - 1))
+      h = h + qc[n]
+    end
+  end
+  s.qa, s.qc, s.h = qa, qc, h
+end
+
+-- qstring writes s's pending reservations as the field q.
+local function qstring(s)
+  local parts = {}
+  for i = 1, #s.qa do parts[i] = fmt('%016d%010d', s.qa[i], s.qc[i]) end
+  return table.concat(parts)
+end
 
 -- fields appends to f, from index m + 1, the fields a call reads up front
 -- for every limit at time now: a sub-bucket ring's sum and the cost and
@@ -73,14 +135,39 @@ local function lslot(s, key, j, i)
   return tonumber(sub(c, o + 1, o + 16))
 end
 
--- lavail counts the units of a log that stopped counting by t.
+-- lunit returns the time of the i-th oldest of the last capacity units
+-- of a log, its pending reservations' units coming after its slots.
+local function lunit(s, key, j, i)
+  local u = s.h + i
+  local R = P[j + 2]
+  if u < R then return lslot(s, key, j, u) end
+  u = u - R
+  for q = 1, #s.qa do
+    if u < s.qc[q] then return s.qa[q] end
+    u = u - s.qc[q]
+  end
+end
+
+-- lavail counts the last capacity units of a log (pending reservations
+-- included) that stopped counting by t.
 local function lavail(s, key, j, t)
   local lo, hi, per = 0, P[j + 2], P[j + 5]
   while lo < hi do
     local mid = floor((lo + hi) / 2)
-    if lslot(s, key, j, mid) + per <= t then lo = mid + 1 else hi = mid end
+    if lunit(s, key, j, mid) + per <= t then lo = mid + 1 else hi = mid end
   end
   return lo
+end
+
+-- tat is a token bucket's theoretical arrival time with the pending
+-- reservations charged in order of release.
+local function tat(s, j)
+  local x, w = s[P[j + 6]], P[j + 3]
+  for q = 1, #s.qa do
+    if x < s.qa[q] then x = s.qa[q] end
+    x = x + s.qc[q] * w
+  end
+  return x
 end
 
 local function awin(s, j, t)
@@ -136,7 +223,7 @@ local function evaluate(s, key, j, t, c)
     if c > cap then
       retry = -1
     else
-      local free = lslot(s, key, j, c - 1) + P[j + 5]
+      local free = lunit(s, key, j, c - 1) + P[j + 5]
       if free > t then retry = free - t end
     end
   elseif kind == 0 then
@@ -178,7 +265,7 @@ local function evaluate(s, key, j, t, c)
       retry = (floor(t / w) + 1) * w - t
     end
   elseif kind == 3 then
-    used = s[P[j + 6]]
+    used = tat(s, j)
     if used < t then used = t end
     local limit = cap * w
     local x = limit - (used - t)
@@ -186,7 +273,7 @@ local function evaluate(s, key, j, t, c)
     if c > cap then
       retry = -1
     else
-      local nx = used + c * w - t
+      local nx = (used - t) + c * w
       if nx > limit then retry = nx - limit end
     end
   else
@@ -207,8 +294,8 @@ local function report(s, key, j, t, used, total, avail, ch)
   local kind, w = P[j + 1], P[j + 3]
   local rem, reset = avail - ch, 0
   if kind == 1 then
-    local newest = t
-    if ch == 0 then newest = lslot(s, key, j, P[j + 2] - 1) end
+    local newest = lunit(s, key, j, P[j + 2] - 1)
+    if ch > 0 and t > newest then newest = t end
     reset = newest + P[j + 5] - t
     if reset < 0 then reset = 0 end
   elseif kind == 0 then
@@ -228,11 +315,11 @@ local function report(s, key, j, t, used, total, avail, ch)
   elseif kind == 2 then
     if used + ch > 0 then reset = (floor(t / w) + 1) * w - t end
   elseif kind == 3 then
-    local tat = used + ch * w
+    local ahead = (used - t) + ch * w -- the TAT after the charge, from t
     rem = 0
-    local x = P[j + 2] * w - (tat - t)
+    local x = P[j + 2] * w - ahead
     if x > 0 then rem = floor(x / w) end
-    reset = tat - t
+    reset = ahead
   else
     local k = floor(t / w)
     if used + ch > 0 then
@@ -322,16 +409,64 @@ local function lwrite(s, key, j, pos, c, ts, out, o)
   return o
 end
 
+-- units appends the changed field, value pairs of c units charged at t to
+-- a log or a token bucket from its fields alone (a charge now, or a
+-- reservation folded in), keeping s up to date.
+local function units(s, key, j, t, c, out, o)
+  local off = P[j + 6]
+  if P[j + 1] == 3 then
+    local x = s[off]
+    if x < t then x = t end
+    s[off] = x + c * P[j + 3]
+    out[o], out[o + 1] = off, fmt('%d', s[off])
+    return o + 2
+  end
+  local ptr = s[off]
+  o = lwrite(s, key, j, ptr, c, fmt('%016d', t), out, o)
+  s[off] = (ptr + c) % P[j + 2]
+  out[o], out[o + 1] = off, s[off]
+  return o + 2
+end
+
+-- fold charges the pending reservations released by t into every limit's
+-- fields, in order of release, before a charge at t; it reports whether
+-- there were any.
+local function fold(s, key, t, out, o)
+  local n = 0
+  while n < #s.qa and s.qa[n + 1] <= t do
+    n = n + 1
+    for i = 0, NL - 1 do o = units(s, key, 7 * i, s.qa[n], s.qc[n], out, o) end
+    s.h = s.h - s.qc[n]
+  end
+  if n > 0 then
+    local qa, qc = {}, {}
+    for q = n + 1, #s.qa do qa[q - n], qc[q - n] = s.qa[q], s.qc[q] end
+    s.qa, s.qc = qa, qc
+  end
+  return o, n > 0
+end
+
+-- reserve records a reservation of c units released at t, in order of
+-- release (merged with one released at the same time).
+local function reserve(s, t, c)
+  local i = #s.qa
+  while i > 0 and s.qa[i] > t do i = i - 1 end
+  if i > 0 and s.qa[i] == t then
+    s.qc[i] = s.qc[i] + c
+  else
+    table.insert(s.qa, i + 1, t)
+    table.insert(s.qc, i + 1, c)
+  end
+  s.h = s.h + c
+end
+
 -- charge appends the changed field, value pairs of one limit charged c at
--- t to out from index o and returns the next free index.
+-- t (no earlier than any time its fields hold) to out from index o and
+-- returns the next free index.
 local function charge(s, key, j, t, used, total, c, out, o)
   local kind, w, off = P[j + 1], P[j + 3], P[j + 6]
-  if kind == 1 then
-    local ptr = s[off]
-    o = lwrite(s, key, j, ptr, c, fmt('%016d', t), out, o)
-    s[off] = (ptr + c) % P[j + 2]
-    out[o], out[o + 1] = off, s[off]
-    return o + 2
+  if kind == 1 or kind == 3 then
+    return units(s, key, j, t, c, out, o)
   elseif kind == 0 then
     local n, n1 = P[j + 4], P[j + 4] + 1
     local k, h = floor(t / w), floor(s[1] / w)
@@ -354,9 +489,6 @@ local function charge(s, key, j, t, used, total, c, out, o)
   elseif kind == 2 then
     out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
     return o + 4
-  elseif kind == 3 then
-    out[o], out[o + 1] = off, fmt('%d', used + c * w)
-    return o + 2
   end
   out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
   out[o + 4], out[o + 5] = off + 2, total

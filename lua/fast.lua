@@ -10,7 +10,7 @@
 -- time it read (now) and the reply of its HMGET (v), which asks for the
 -- same fields as fields() below; either is nil when not read yet.
 -- KEYS[1]: the identity's hash. ARGV: now (µs; 0 = read Redis TIME), cost,
--- resend ID ('' none).
+-- resend ID ('' none; see counters.lua).
 if not now then
   now = tonumber(ARGV[1])
   if now == 0 then
@@ -18,10 +18,13 @@ if not now then
     now = tm[1] * 1000000 + tm[2]
   end
 end
-local cost, rid, key, find = tonumber(ARGV[2]), ARGV[3], KEYS[1], string.find
+local cost, key = tonumber(ARGV[2]), KEYS[1]
+local rid, resent, horizon = resend(ARGV[3])
 
+-- The pending reservations (q) are read only under a policy that reserves.
 local f, ch = {1, 'b', 'x', 'd', 'g'}, {}
-local m = fields(f, ch, 5, now)
+if RES then f[6] = 'q' end
+local m = fields(f, ch, #f, now)
 for i = 1, m do
   if type(f[i]) == 'number' then f[i] = fmt('%d', f[i]) end
 end
@@ -35,7 +38,9 @@ if v.err then
 end
 local s = {tonumber(v[1]) or 0}
 local sb, sx, d, sg = tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4], tonumber(v[5]) or 0
-for i = 6, m do
+local base = 6
+if RES then pending(s, v[6]); base = 7 else pending(s, nil) end
+for i = base, m do
   if ch[i] then s[tonumber(f[i])] = v[i] or false else s[tonumber(f[i])] = tonumber(v[i]) or 0 end
 end
 
@@ -45,12 +50,10 @@ local t0 = now
 if s[1] > t0 then t0 = s[1] end
 local out = {0, now, 0, 0, flags, 0, t0, sg}
 
--- A resend of a call that charged: admitted, and charged nothing again.
--- (d holds the last four resend IDs, 8 characters each.)
-local q = nil
-if rid ~= '' and d then q = find(d, rid, 1, true) end
-while q and q % 8 ~= 1 do q = find(d, rid, q + 1, true) end
-if q then
+-- A resend of a call that charged: admitted, and charged nothing again
+-- (see take.lua).
+if resent and not resendfound(d, rid) and resendlost(d, now, horizon) then return redis.error_reply(RESEND_LOST) end
+if resent and resendfound(d, rid) then
   out[1], out[3], out[6], out[8] = 1, cost, 3, 0
   for i = 0, NL - 1 do
     local u, tot, av = evaluate(s, key, 7 * i, t0, c1)
@@ -80,21 +83,21 @@ for i = 0, NL - 1 do
 end
 local w, wo, changed = {}, 1, false
 if charged > 0 then
+  local folded
+  wo, folded = fold(s, key, t0, w, wo)
   for i = 0, NL - 1 do
     wo = charge(s, key, 7 * i, t0, EU[i + 1], ET[i + 1], charged, w, wo)
-    if P[7 * i + 1] == 3 then out[12 + 4 * i] = EU[i + 1] + charged * P[7 * i + 3] end
+    if P[7 * i + 1] == 3 then out[12 + 4 * i] = s[P[7 * i + 6]] end
   end
+  if folded then w[wo], w[wo + 1], wo = 'q', qstring(s), wo + 2 end
   w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
-  if rid ~= '' then
-    d = (d or '') .. rid
-    if #d > 32 then d = sub(d, #d - 31) end
-    w[wo], w[wo + 1], wo = 'd', d, wo + 2
-  end
+  if rid ~= '' then w[wo], w[wo + 1], wo = 'd', resendrecord(d, rid, now), wo + 2 end
   out[6] = 1
   changed = true
 end
-local sl, skew = 0, 0
+local sl, skew, need = 0, 0, t0 + TTL * 1000
 if sb > t0 then sl = tonumber(redis.call('HGET', key, 'l')) or 0 end
 if t0 > now then skew = t0 - now end
-settle(key, out, 6, w, wo, changed, sb, sl, t0, not allowed and cost > 0, skew, t0 + TTL * 1000, sx, now)
+if #s.qa > 0 and s.qa[#s.qa] + TTL * 1000 > need then need = s.qa[#s.qa] + TTL * 1000 end
+settle(key, out, 6, w, wo, changed, sb, sl, t0, not allowed and cost > 0, skew, need, sx, now)
 return out

@@ -80,7 +80,7 @@ if now == 0 then
   now = tm[1] * 1000000 + tm[2]
 end
 local cost, rid, key = tonumber(ARGV[2]), ARGV[3], KEYS[1]
-if cost < 1 or cost > %d then return general(now) end
+if cost < 1 or cost > %d or string.byte(rid, 1) == 33 then return general(now) end
 local floor, fmt = math.floor, string.format
 `, CommonMark, minCap)
 	if hasLog { // a log's common path charges one unit
@@ -89,6 +89,9 @@ local floor, fmt = math.floor, string.format
 	// The fields, in fields()'s order: field numbers, or the Lua
 	// expressions of a sub-bucket ring's current and next sub-bucket.
 	fields := []string{"'1'", "'b'", "'x'", "'d'", "'g'"}
+	if b.Reserve {
+		fields = append(fields, "'q'") // pending reservations: general folds them in
+	}
 	if hasRing {
 		// A sub-bucket's or a log chunk's field name, made without
 		// string.format: Redis turns a number argument into digits with a
@@ -135,8 +138,11 @@ end
 	w("local v = redis.pcall('HMGET', key, %s)\n", strings.Join(fields, ", "))
 	w(`if v.err then return general(now, v) end
 local s1, sb, sx, d = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4]
-if s1 > now or sb > now or (rid ~= '' and d and string.find(d, rid, 1, true)) then return general(now, v) end
+if s1 > now or sb > now then return general(now, v) end
 `)
+	if b.Reserve {
+		w("if v[6] and v[6] ~= '' then return general(now, v) end\n")
+	}
 	if hasLog {
 		// ls is lslot: the time of the i-th oldest unit of a log whose
 		// oldest slot is ptr, whose chunks start at v[m].
@@ -304,12 +310,15 @@ end
 			fresh = "false"
 		}
 	}
+	// The resend ID joins the key's list (counters.lua, resendrecord).
 	w(`local t, need = fmt('%%d', now), now + %[1]d * 1000
 if rid ~= '' then
-  d = (d or '') .. rid
-  if #d > 32 then d = string.sub(d, #d - 31) end
+  local pt, ids = '0000000000000000', rid
+  if d then pt, ids = string.sub(d, 1, 16), string.sub(d, 17) .. rid end
+  if #ids > %[2]d then ids, pt = string.sub(ids, %[3]d), fmt('%%016d', now) end
+  d = pt .. ids
 end
-`, b.TTLMS)
+`, b.TTLMS, ResendIDLen*ResendIDs, ResendIDLen+1)
 	if len(clears) > 0 {
 		w(`if zs then
   local rest = {%[1]s, '1', t}

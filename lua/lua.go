@@ -10,6 +10,24 @@ import (
 	"strings"
 )
 
+// Numbers the scripts share with the stores' Go code, handed to Lua by
+// name in prelude.
+const (
+	// ResendIDLen is the length of a script call's resend ID.
+	ResendIDLen = 6
+	// ResendIDs is how many resend IDs a key remembers (its last charges').
+	ResendIDs = 8
+	// MaxPending is the most pending reservations a key keeps.
+	MaxPending = 32
+	// pendingLen is the digits of one pending reservation in the field q:
+	// 16 of release time, 10 of cost.
+	pendingLen = 26
+)
+
+// prelude names those numbers for the scripts.
+var prelude = "local RIDLEN, RIDN, QLEN, MAXQ = " + strconv.Itoa(ResendIDLen) + ", " + strconv.Itoa(ResendIDs) + ", " +
+	strconv.Itoa(pendingLen) + ", " + strconv.Itoa(MaxPending) + "\n"
+
 var (
 	//go:embed counters.lua
 	counters string
@@ -29,16 +47,16 @@ const unbaked = "local TTL, NL, BLOCK, IDTTL, RES, P\n"
 // Take decides and charges one request for every key, all or nothing. It
 // reads the policy's parameters from ARGV; see Bake for a script that
 // carries them.
-var Take = unbaked + counters + take
+var Take = unbaked + prelude + counters + take
 
 // Fast is Take's lean path for the common call: one key, no request ID, a
 // plain Take. It only exists baked, as the body of the function
 // general(now, v) that BakeFast's common path calls when it does not
 // answer itself.
-var Fast = unbaked + counters + fast
+var Fast = unbaked + prelude + counters + fast
 
 // Refund undoes one charge.
-var Refund = unbaked + counters + refund
+var Refund = unbaked + prelude + counters + refund
 
 // Reset forgets one identity's counters, keeping the epoch that tells a
 // refund of an earlier charge to give nothing back.

@@ -29,9 +29,7 @@ local function refund(s, key, j, now, at, c, tat, samegen, out, o)
       out[o], out[o + 1], o = off + 1, v, o + 2
     end
   elseif kind == 3 and samegen then
-    local last = s.r
-    if s[1] > last then last = s[1] end
-    local r = tat - last
+    local r = tat - s[1] -- every charge in the fields was made by s[1]
     if r < 0 then r = 0 end
     if r > c * w then r = c * w end
     out[o], out[o + 1], o = off, fmt('%d', s[off] - r), o + 2
@@ -47,21 +45,21 @@ local function refund(s, key, j, now, at, c, tat, samegen, out, o)
       out[o], out[o + 1], o = f, v, o + 2
     end
   elseif at + P[j + 5] > now then
-    -- The log, while the charge counts: its units leave; units of time
-    -- newest - Period stand in for those it had replaced (see
-    -- store/algorithm.go).
+    -- The log, while the charge counts: its units leave; units of the
+    -- earlier of its oldest time and its newest minus a Period stand in
+    -- for those it had replaced (see store/algorithm.go).
     local R, per, cs = P[j + 2], P[j + 5], P[j + 7]
-    local ring, found, newest = {}, 0, 0
+    local ring, found = {}, 0
     for i = 0, R - 1 do
       local v = lslot(s, key, j, i)
       ring[i + 1] = v
       if v == at then found = found + 1 end
-      if v > newest then newest = v end
     end
     local take = found
     if c < take then take = c end
     if take > 0 then
-      local keep, stand = {}, newest - per
+      local keep, stand = {}, ring[R] - per
+      if ring[1] < stand then stand = ring[1] end
       for i = 1, R do
         if ring[i] == at and take > 0 then take = take - 1 else keep[#keep + 1] = ring[i] end
       end
@@ -112,19 +110,38 @@ for k = 1, #KEYS do
     for i = 1, #raw, 2 do
       local f, v = raw[i], raw[i + 1]
       local fn = tonumber(f)
-      if fn and chunk[fn] then s[fn] = v elseif fn then s[fn] = tonumber(v) else s[f] = tonumber(v) end
+      if fn and chunk[fn] then s[fn] = v elseif fn then s[fn] = tonumber(v) elseif f == 'q' then s.qraw = v else s[f] = tonumber(v) end
     end
-    s[1], s.r, s.g = s[1] or 0, s.r or 0, s.g or 0
-    for j = 0, 7 * (NL - 1), 7 do
-      local kind, off, n = P[j + 1], P[j + 6], 0
-      if kind == 0 then n = 2 * (P[j + 4] + 1) elseif kind == 2 then n = 1 elseif kind == 4 then n = 2 end
-      for f = off, off + n do s[f] = s[f] or 0 end
+    s[1], s.g = s[1] or 0, s.g or 0
+    pending(s, s.qraw)
+    local q = 0
+    for i = 1, #s.qa do
+      if s.qa[i] == at then q = i end
     end
-    local w, o = {}, 1
-    for i = 0, NL - 1 do o = refund(s, key, 7 * i, now, at, cost, tonumber(ARGV[m + 3 + i]), s.g == gen, w, o) end
-    w[o], w[o + 1] = 'g', s.g + 1
-    redis.call('HSET', key, unpack(w))
-    if o > 1 then done = done + 1 end
+    if q > 0 then
+      -- A place in line still pending: its units leave the line, exactly;
+      -- the fields never held them.
+      local back = cost
+      if back > s.qc[q] then back = s.qc[q] end
+      s.qc[q] = s.qc[q] - back
+      if s.qc[q] == 0 then
+        table.remove(s.qa, q)
+        table.remove(s.qc, q)
+      end
+      redis.call('HSET', key, 'q', qstring(s))
+      done = done + 1
+    else
+      for j = 0, 7 * (NL - 1), 7 do
+        local kind, off, n = P[j + 1], P[j + 6], 0
+        if kind == 0 then n = 2 * (P[j + 4] + 1) elseif kind == 2 then n = 1 elseif kind == 4 then n = 2 end
+        for f = off, off + n do s[f] = s[f] or 0 end
+      end
+      local w, o = {}, 1
+      for i = 0, NL - 1 do o = refund(s, key, 7 * i, now, at, cost, tonumber(ARGV[m + 3 + i]), s.g == gen, w, o) end
+      w[o], w[o + 1] = 'g', s.g + 1
+      redis.call('HSET', key, unpack(w))
+      if o > 1 then done = done + 1 end
+    end
   end
 end
 return done

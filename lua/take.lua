@@ -5,7 +5,8 @@
 -- KEYS: one hash per identity; then, when the request has an ID, one ID
 -- record (a hash: n repeats, e expiry µs, v the first answer) per identity.
 -- ARGV: now (µs; 0 = read Redis TIME), cost, mode ('1': grant up to cost),
--- max delay (µs; > 0 reserves), resend ID ('' none), has ID ('1'), then,
+-- max delay (µs; > 0 reserves), resend ID ('' none; see resend below), has
+-- ID ('1'), then,
 -- unless the script opens with them baked in: TTL (ms), NL, BLOCK (µs),
 -- IDTTL (µs), RES ('1' when every limit can reserve), 7 numbers per limit.
 -- Reply: {allowed, now, granted, release, flags (2: a key of another type
@@ -20,7 +21,8 @@ if now == 0 then
   local tm = redis.call('TIME')
   now = tm[1] * 1000000 + tm[2]
 end
-local cost, upto, maxd, rid, hasid = tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
+local cost, upto, maxd, hasid = tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4]), ARGV[6] == '1'
+local rid, resent, horizon = resend(ARGV[5])
 if not P then
   TTL, NL, BLOCK, IDTTL, RES, P = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11] == '1', {}
   for a = 1, 7 * NL do P[a] = tonumber(ARGV[11 + a]) end
@@ -37,12 +39,19 @@ for k = 1, nk do
     local n, e = tonumber(r[1]) or 0, tonumber(r[2])
     RECE[k] = e
     if r[3] and e and e > now and n < MAXREP then
-      redis.call('HINCRBY', KEYS[nk + k], 'n', 1)
-      REC[k] = r[3]
+      -- A key under a running penalty is decided again, whatever its ID
+      -- was answered before: a block holds against repeats.
+      local b = redis.pcall('HMGET', KEYS[k], 'b', '1')
+      local sb, s1 = 0, 0
+      if not b.err then sb, s1 = tonumber(b[1]) or 0, tonumber(b[2]) or 0 end
+      if sb <= now or sb <= s1 then
+        redis.call('HINCRBY', KEYS[nk + k], 'n', 1)
+        REC[k] = r[3]
+      end
     end
   end
   if not REC[k] then
-    local f, ch = {1, 'b', 'l', 'r', 'x', 'd', 'g'}, {}
+    local f, ch = {1, 'b', 'l', 'q', 'x', 'd', 'g'}, {}
     local m = fields(f, ch, 7, now)
     local v = redis.pcall('HMGET', KEYS[k], unpack(f))
     if v.err then
@@ -54,7 +63,8 @@ for k = 1, nk do
       flags, v = 2, {}
     end
     local s = {}
-    s[1], s.b, s.l, s.r, s.x, s.d, s.g = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0, tonumber(v[5]) or 0, v[6], tonumber(v[7]) or 0
+    s[1], s.b, s.l, s.x, s.d, s.g = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[5]) or 0, v[6], tonumber(v[7]) or 0
+    pending(s, v[4])
     for i = 8, m do
       if ch[i] then s[f[i]] = v[i] or false else s[f[i]] = tonumber(v[i]) or 0 end
     end
@@ -67,40 +77,42 @@ end
 local c1 = cost
 if c1 == 0 then c1 = 1 end
 
--- A resend of a call that charged (go-redis retries a command whose reply
--- was lost): charge nothing again. A plain take was admitted; a grant or a
--- reservation is reported as not granted, since its answer is not kept.
-if rid ~= '' then
+-- A resend of a call that charged (go-redis sent the script again after
+-- losing its reply): charge nothing again. A plain take was admitted; a
+-- grant or a reservation is reported as not granted, since its answer is
+-- not kept. A resend found on no key either was not charged the first time
+-- (then it is decided now) or was pushed out of every key's list of IDs:
+-- when a key pushed an ID out within the horizon, which one cannot be
+-- told, and the call fails rather than charge twice.
+if resent then
   for x = 1, nd do
-    local d = S[D[x]].d
-    if d then
-      for q = 0, #d - 8, 8 do
-        if sub(d, q + 1, q + 8) == rid then
-          local plain = not upto and maxd == 0
-          local out = {0, now, 0, 0, flags}
-          if plain then out[1], out[3] = 1, cost end
-          for k = 1, nk do
-            local o = 6 + (k - 1) * (3 + 4 * NL)
-            local s = S[k]
-            out[o], out[o + 1], out[o + 2] = 3, 0, 0
-            for i = 0, NL - 1 do
-              local j, p = 7 * i, o + 3 + 4 * i
-              out[p], out[p + 1], out[p + 2], out[p + 3] = 0, 0, 0, 0
-              if s then
-                local t = now
-                if s[1] > t then t = s[1] end
-                out[o + 1] = t
-                local u, tot, av, r = evaluate(s, KEYS[k], j, t, c1)
-                local rem, reset = report(s, KEYS[k], j, t, u, tot, av, 0)
-                if plain then r = 0 end
-                out[p], out[p + 1], out[p + 2] = rem, reset, r
-              end
-            end
+    if resendfound(S[D[x]].d, rid) then
+      local plain = not upto and maxd == 0
+      local out = {0, now, 0, 0, flags}
+      if plain then out[1], out[3] = 1, cost end
+      for k = 1, nk do
+        local o = 6 + (k - 1) * (3 + 4 * NL)
+        local s = S[k]
+        out[o], out[o + 1], out[o + 2] = 3, 0, 0
+        for i = 0, NL - 1 do
+          local j, p = 7 * i, o + 3 + 4 * i
+          out[p], out[p + 1], out[p + 2], out[p + 3] = 0, 0, 0, 0
+          if s then
+            local t = now
+            if s[1] > t then t = s[1] end
+            out[o + 1] = t
+            local u, tot, av, r = evaluate(s, KEYS[k], j, t, c1)
+            local rem, reset = report(s, KEYS[k], j, t, u, tot, av, 0)
+            if plain then r = 0 end
+            out[p], out[p + 1], out[p + 2] = rem, reset, r
           end
-          return out
         end
       end
+      return out
     end
+  end
+  for x = 1, nd do
+    if resendlost(S[D[x]].d, now, horizon) then return redis.error_reply(RESEND_LOST) end
   end
 end
 
@@ -148,7 +160,11 @@ for x = 1, nd do
   end
 end
 local release = 0
-if not allowed and maxd > 0 and cost > 0 and not upto and not blocked and RES and nd > 0 then
+local full = false -- a key keeps as many pending reservations as it may
+for x = 1, nd do
+  if #S[D[x]].qa >= MAXQ then full = true end
+end
+if not allowed and maxd > 0 and cost > 0 and not upto and not blocked and not full and RES and nd > 0 then
   -- Reserve: admitted when the last limit has room, if within maxd.
   local never = false
   release = now
@@ -164,9 +180,10 @@ if not allowed and maxd > 0 and cost > 0 and not upto and not blocked and RES an
     for x = 1, nd do
       local k = D[x]
       T[k] = release
+      if T0[k] > release then T[k] = T0[k] end
       for i = 0, NL - 1 do
         local q = (k - 1) * NL + i + 1
-        EU[q], ET[q], EA[q], ER[q] = evaluate(S[k], KEYS[k], 7 * i, release, c1)
+        EU[q], ET[q], EA[q], ER[q] = evaluate(S[k], KEYS[k], 7 * i, T[k], c1)
       end
     end
   else
@@ -217,18 +234,25 @@ for k = 1, nk do
     end
     local w, wo, changed = {}, 1, false
     if charged > 0 then
-      for i = 0, NL - 1 do
-        local q = (k - 1) * NL + i + 1
-        wo = charge(s, key, 7 * i, t, EU[q], ET[q], charged, w, wo)
-        if P[7 * i + 1] == 3 then out[o + 6 + 4 * i] = EU[q] + charged * P[7 * i + 3] end
+      -- Reservations released by t0 join the fields first; a place in
+      -- line stays pending (see store/engine.go).
+      local folded
+      wo, folded = fold(s, key, t0, w, wo)
+      if t > t0 then
+        reserve(s, t, charged)
+        for i = 0, NL - 1 do
+          if P[7 * i + 1] == 3 then out[o + 6 + 4 * i] = t + charged * P[7 * i + 3] end
+        end
+      else
+        for i = 0, NL - 1 do
+          local q = (k - 1) * NL + i + 1
+          wo = charge(s, key, 7 * i, t, EU[q], ET[q], charged, w, wo)
+          if P[7 * i + 1] == 3 then out[o + 6 + 4 * i] = s[P[7 * i + 6]] end
+        end
       end
+      if folded or t > t0 then w[wo], w[wo + 1], wo = 'q', qstring(s), wo + 2 end
       w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
-      if t > t0 and t > s.r then w[wo], w[wo + 1], wo = 'r', fmt('%d', t), wo + 2 end
-      if rid ~= '' then
-        local d = (s.d or '') .. rid
-        if #d > 32 then d = sub(d, #d - 31) end
-        w[wo], w[wo + 1], wo = 'd', d, wo + 2
-      end
+      if rid ~= '' then w[wo], w[wo + 1], wo = 'd', resendrecord(s.d, rid, now), wo + 2 end
       out[o] = 1
       changed = true
     end
@@ -237,7 +261,8 @@ for k = 1, nk do
     local skew, need = 0, t0 + ttl
     if release == 0 and t0 > now then skew = t0 - now end
     if t > t0 then need = t + ttl end
-    settle(key, out, o, w, wo, changed, s.b, s.l, t0, not allowed and cost > 0 and not upto, skew, need, s.x, now)
+    if #s.qa > 0 and s.qa[#s.qa] + ttl > need then need = s.qa[#s.qa] + ttl end
+    settle(key, out, o, w, wo, changed, s.b, s.l, t0, not allowed and cost > 0, skew, need, s.x, now)
     if hasid and charged > 0 and not (RECE[k] and RECE[k] > now) then
       local v = {charged, t}
       for i = 0, NL - 1 do

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/lua"
 )
 
 // This file is the reference implementation of the counters. The Lua
@@ -13,16 +14,15 @@ import (
 // IEEE doubles, computed in the same order), the same order of decisions.
 // Tests hold the two to identical answers.
 //
-// State of one identity under one policy is a flat array of integers.
-// Fields 0 to 4 belong to the identity:
+// State of one identity under one policy is a flat array of integers and
+// a short list of pending reservations. Fields 0 to 3 belong to the
+// identity:
 //
 //	fTime     the time of the last charge (µs since the Unix epoch); a
 //	          request is never evaluated at an earlier time, so a clock
 //	          that steps back makes waits longer, never shorter
 //	fBlock    when the penalty of BlockFor ends (µs), 0 when none
 //	fBlockLim the index of the limit the penalty reports
-//	fRelease  the release time of the latest reservation (µs), when it is
-//	          later than fTime (Limiter.Wait), 0 otherwise
 //	fGen      in its low 32 bits, how many refunds the identity has had: a
 //	          token-bucket refund is exact only while no other refund came
 //	          between its charge and itself (see refund); above them
@@ -36,27 +36,54 @@ import (
 //	                it (a ring indexed by bucket % (n+1)); a sub-bucket stops
 //	                counting one Period after its latest admission
 //	CounterLog      the ring's oldest slot, then Rate slots: the times of the
-//	                last Rate units of cost, oldest first from that slot
+//	                last Rate units of cost charged up to fTime, oldest first
+//	                from that slot
 //	CounterFixed    the window index, and the cost counted in it
-//	CounterToken    the theoretical arrival time (TAT) of the next token
+//	CounterToken    the theoretical arrival time (TAT) of the next token,
+//	                after the charges made up to fTime
 //	CounterApprox   the window index, its cost, and the previous window's
 //
+// Pending reservations (Reserver) are admissions whose release time lies
+// ahead of fTime: each is a release time and a cost, kept in order of
+// release, shared by every limit of the identity (only a log and a token
+// bucket reserve). They count from their release time on but are kept out
+// of the fields until a charge at or after that time folds them in (see
+// settle), so that a waiter who leaves takes its units back exactly,
+// whatever its place in line: the log then still holds the units they
+// would have pushed out, and a token bucket's TAT never included them.
+//
 // Redis keeps the same numbers in one hash (lua/*.lua name the fields;
-// a log's slots are packed 16 digits each into strings of a few slots).
+// a log's slots are packed 16 digits each into strings of a few slots;
+// the pending reservations are the field q).
 
 // Identity fields.
 const (
 	fTime     = 0
 	fBlock    = 1
 	fBlockLim = 2
-	fRelease  = 3
-	fGen      = 4
-	fFirst    = 5 // the first limit's first field
+	fGen      = 3
+	fFirst    = 4 // the first limit's first field
 )
 
 // genEpoch is one Reset in fGen (see above); lua/reset.lua and
 // lua/refund.lua use the same number.
 const genEpoch = 1 << 32
+
+// reservation is one pending reservation: cost units released at time at.
+type reservation struct{ at, cost int64 }
+
+// maxPending is the most pending reservations (distinct release times)
+// an identity keeps. A request that would need one more is not reserved:
+// it is denied with the wait until it fits, and Limiter.Wait waits that
+// long and asks again.
+const maxPending = lua.MaxPending
+
+// counters is one identity's state as the algorithms read it.
+type counters struct {
+	st   []int64
+	pend []reservation // in order of release
+	held int64         // the units pend holds
+}
 
 // param is one limit's arguments.
 type param struct {
@@ -107,7 +134,8 @@ func reserves(lim []param) bool {
 // eval is one limit of one identity evaluated at a time t (never earlier
 // than the last charge) for a cost c.
 type eval struct {
-	// used: buckets, fixed: the cost counted; token: the TAT clamped to t;
+	// used: buckets, fixed: the cost counted; token: the TAT, pending
+	// reservations included, clamped to t;
 	// approx: the current window's cost. total: buckets: the ring's sum
 	// once the sub-buckets that left it are taken out; approx: the
 	// previous window's cost.
@@ -118,14 +146,19 @@ type eval struct {
 
 // evaluate computes e for one limit at time t and cost c. A cost above the
 // capacity is answered before any arithmetic on it, so no cost, however
-// large, can overflow.
-func evaluate(st []int64, t int64, p *param, c int64) (e eval) {
+// large, can overflow; times are subtracted before they are added, so no
+// sum of times passes 2^53 (exact in Redis Lua) before 2175 (see ratelimit.MaxSpan).
+func evaluate(k *counters, t int64, p *param, c int64) (e eval) {
+	st := k.st
 	switch p.kind {
 	case ratelimit.CounterLog:
-		e.avail = logAvail(st, p, t)
+		// Cost c fits at t when the units of the log and of the pending
+		// reservations that count after t-Period are at most capacity-c:
+		// the c-th oldest of the last capacity units is older than that.
+		e.avail = logAvail(k, p, t)
 		if c > p.capacity {
 			e.retry = -1
-		} else if free := logSlot(st, p, c-1) + p.period; free > t {
+		} else if free := logUnit(k, p, c-1) + p.period; free > t {
 			e.retry = free - t
 		}
 	case ratelimit.CounterBuckets:
@@ -175,14 +208,14 @@ func evaluate(st []int64, t int64, p *param, c int64) (e eval) {
 			e.retry = (t/p.width+1)*p.width - t
 		}
 	case ratelimit.CounterToken:
-		e.used = max(st[p.off], t)
+		e.used = max(tokenTAT(k, p), t)
 		limit := p.capacity * p.width // ≤ MaxSpan: NewPolicy bounds burst × interval
 		if x := limit - (e.used - t); x > 0 {
 			e.avail = x / p.width
 		}
 		if c > p.capacity {
 			e.retry = -1
-		} else if next := e.used + c*p.width - t; next > limit {
+		} else if next := (e.used - t) + c*p.width; next > limit {
 			e.retry = next - limit
 		}
 	case ratelimit.CounterApprox:
@@ -200,13 +233,14 @@ func evaluate(st []int64, t int64, p *param, c int64) (e eval) {
 
 // report computes the remaining cost and the time until the whole quota is
 // back for one limit evaluated at t (e), after charging ch at t.
-func report(st []int64, t int64, p *param, e *eval, ch int64) (rem, reset int64) {
+func report(k *counters, t int64, p *param, e *eval, ch int64) (rem, reset int64) {
+	st := k.st
 	rem = e.avail - ch
 	switch p.kind {
 	case ratelimit.CounterLog:
-		newest := t
-		if ch == 0 {
-			newest = logSlot(st, p, p.capacity-1)
+		newest := logUnit(k, p, p.capacity-1)
+		if ch > 0 {
+			newest = max(newest, t)
 		}
 		reset = max(newest+p.period-t, 0)
 	case ratelimit.CounterBuckets:
@@ -231,12 +265,12 @@ func report(st []int64, t int64, p *param, e *eval, ch int64) (rem, reset int64)
 			reset = (t/p.width+1)*p.width - t
 		}
 	case ratelimit.CounterToken:
-		tat := e.used + ch*p.width
+		ahead := (e.used - t) + ch*p.width // the TAT after the charge, from t
 		rem = 0
-		if x := p.capacity*p.width - (tat - t); x > 0 {
+		if x := p.capacity*p.width - ahead; x > 0 {
 			rem = x / p.width
 		}
-		reset = tat - t
+		reset = ahead
 	case ratelimit.CounterApprox:
 		k := t / p.width
 		if e.used+ch > 0 {
@@ -249,15 +283,12 @@ func report(st []int64, t int64, p *param, e *eval, ch int64) (rem, reset int64)
 }
 
 // charge adds cost c to one limit's fields at time t (e is its evaluation
-// at t). Field fTime is set by the caller once every limit is charged.
+// at t), t being no earlier than any time the fields hold. Field fTime is
+// set by the caller once every limit is charged.
 func charge(st []int64, t int64, p *param, e *eval, c int64) {
 	switch p.kind {
-	case ratelimit.CounterLog:
-		ptr := st[p.off]
-		for i := int64(0); i < c; i++ {
-			st[p.off+1+int((ptr+i)%p.capacity)] = t
-		}
-		st[p.off] = (ptr + c) % p.capacity
+	case ratelimit.CounterLog, ratelimit.CounterToken:
+		chargeUnits(st, t, p, c)
 	case ratelimit.CounterBuckets:
 		w, n1 := p.width, p.n+1
 		k, h := t/w, st[fTime]/w
@@ -276,11 +307,100 @@ func charge(st []int64, t int64, p *param, e *eval, c int64) {
 	case ratelimit.CounterFixed:
 		st[p.off] = t / p.width
 		st[p.off+1] = e.used + c
-	case ratelimit.CounterToken:
-		st[p.off] = e.used + c*p.width
 	case ratelimit.CounterApprox:
 		st[p.off], st[p.off+1], st[p.off+2] = t/p.width, e.used+c, e.total
 	}
+}
+
+// chargeUnits adds c units at time t to a log or a token bucket, from its
+// fields alone: a charge made now, or a reservation folded in.
+func chargeUnits(st []int64, t int64, p *param, c int64) {
+	if p.kind == ratelimit.CounterToken {
+		st[p.off] = max(st[p.off], t) + c*p.width
+		return
+	}
+	ptr := st[p.off]
+	for i := int64(0); i < c; i++ {
+		st[p.off+1+int((ptr+i)%p.capacity)] = t
+	}
+	st[p.off] = (ptr + c) % p.capacity
+}
+
+// tokenTAT is a token bucket's theoretical arrival time with the pending
+// reservations charged in order of release.
+func tokenTAT(k *counters, p *param) int64 {
+	tat := k.st[p.off]
+	for _, r := range k.pend {
+		tat = max(tat, r.at) + r.cost*p.width
+	}
+	return tat
+}
+
+// logUnit returns the time of the i-th oldest (0-based) of the last
+// capacity units of a log, its pending reservations' units coming after
+// its slots.
+func logUnit(k *counters, p *param, i int64) int64 {
+	j := k.held + i
+	if j < p.capacity {
+		return logSlot(k.st, p, j)
+	}
+	j -= p.capacity
+	for _, r := range k.pend {
+		if j < r.cost {
+			return r.at
+		}
+		j -= r.cost
+	}
+	return math.MaxInt64 // not reached: i < capacity
+}
+
+// reserve records a reservation of cost c released at t, in order of
+// release (after those released at the same time, with which it merges).
+func (k *counters) reserve(t, c int64) {
+	i := len(k.pend)
+	for i > 0 && k.pend[i-1].at > t {
+		i--
+	}
+	if i > 0 && k.pend[i-1].at == t {
+		k.pend[i-1].cost += c
+	} else {
+		k.pend = slices.Insert(k.pend, i, reservation{t, c})
+	}
+	k.held += c
+}
+
+// fold charges the pending reservations released by t into the fields,
+// in order of release, before a charge at t.
+func (k *counters) fold(lim []param, t int64) {
+	n := 0
+	for n < len(k.pend) && k.pend[n].at <= t {
+		r := k.pend[n]
+		for i := range lim {
+			chargeUnits(k.st, r.at, &lim[i], r.cost)
+		}
+		k.held -= r.cost
+		n++
+	}
+	if n > 0 {
+		k.pend = slices.Delete(k.pend, 0, n)
+	}
+}
+
+// unreserve takes c units of the pending reservation released at t out of
+// it, and reports whether there was one.
+func (k *counters) unreserve(t, c int64) bool {
+	for i, r := range k.pend {
+		if r.at == t {
+			back := min(c, r.cost)
+			k.pend[i].cost -= back
+			k.held -= back
+			if k.pend[i].cost == 0 {
+				k.pend = slices.Delete(k.pend, i, i+1)
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // refund undoes, as far as it still counts at now, a charge of cost c made
@@ -308,14 +428,16 @@ func refund(st []int64, now, at int64, p *param, c, tat int64, sameGen bool) {
 		}
 	case ratelimit.CounterToken:
 		// While only charges followed it, the charge still counts by at
-		// least TAT-after-it minus the release time of the latest charge
-		// since (the debt it added can only have run out between charges),
-		// and by at most its own cost. Another refund in between may have
-		// lowered the TAT below what that bound assumes: then nothing is
-		// given back (the charge stays, which never over-admits).
+		// least TAT-after-it minus the time of the latest charge since (the
+		// debt it added can only have run out between charges; every
+		// charge in the fields, a folded reservation included, was made at
+		// or before fTime), and by at most its own cost. Another refund in
+		// between may have lowered the TAT below what that bound assumes:
+		// then nothing is given back (the charge stays, which never
+		// over-admits). Pending reservations are not in the TAT: they
+		// are charged over it, and a lower TAT never makes them count less.
 		if sameGen {
-			last := max(st[fRelease], st[fTime])
-			st[p.off] -= min(c*p.width, max(tat-last, 0))
+			st[p.off] -= min(c*p.width, max(tat-st[fTime], 0))
 		}
 	case ratelimit.CounterApprox:
 		switch k := at / p.width; st[p.off] {
@@ -332,13 +454,14 @@ func logSlot(st []int64, p *param, i int64) int64 {
 	return st[p.off+1+int((st[p.off]+i)%p.capacity)]
 }
 
-// logAvail counts the units of a log that stopped counting by t: its
-// oldest units, found by binary search (times grow from the oldest slot).
-func logAvail(st []int64, p *param, t int64) int64 {
+// logAvail counts the last capacity units of a log (pending reservations
+// included) that stopped counting by t: its oldest units, found by binary
+// search (times grow from the oldest).
+func logAvail(k *counters, p *param, t int64) int64 {
 	lo, hi := int64(0), p.capacity
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if logSlot(st, p, mid)+p.period <= t {
+		if logUnit(k, p, mid)+p.period <= t {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -348,25 +471,26 @@ func logAvail(st []int64, p *param, t int64) int64 {
 }
 
 // refundLog takes c units charged at time at out of a log. The units they
-// had replaced are gone, so units of time newest-Period stand in for them:
-// every unit a log has forgotten was at least one Period older than the
-// charge that replaced it, and so no newer than that.
+// had replaced are gone, so units that count no less stand in for them:
+// every unit a log has forgotten was its oldest when it left, so it is no
+// newer than any unit the log holds, and it was at least one Period older
+// than the unit that replaced it, so no newer than the newest minus a
+// Period. The stand-ins take the earlier of the two times.
 func refundLog(st []int64, at int64, p *param, c int64) {
 	r := p.capacity
 	ring := make([]int64, r)
-	found, newest := int64(0), int64(0)
+	found := int64(0)
 	for i := range ring {
 		ring[i] = logSlot(st, p, int64(i))
 		if ring[i] == at {
 			found++
 		}
-		newest = max(newest, ring[i])
 	}
 	take := min(c, found)
 	if take == 0 {
 		return
 	}
-	stand := newest - p.period
+	stand := min(ring[0], ring[r-1]-p.period)
 	out := ring[:0]
 	for _, v := range ring {
 		if v == at && take > 0 {

@@ -69,7 +69,7 @@ func (b *batcher) do(ctx context.Context, s *redis.Script, keys []string, args [
 	if b.busy < b.max {
 		b.busy++
 		b.mu.Unlock()
-		reply, err := s.Run(ctx, b.client, keys, args...).Int64Slice()
+		reply, err := runScript(ctx, b.client, s, keys, args).Int64Slice()
 		b.release()
 		return reply, err
 	}
@@ -143,7 +143,7 @@ func (b *batcher) send(batch []*pending) {
 	if len(live) == 1 {
 		// Alone: a plain call, with its caller's own context.
 		p := live[0]
-		p.reply, p.err = p.script.Run(p.ctx, b.client, p.keys, p.args...).Int64Slice()
+		p.reply, p.err = runScript(p.ctx, b.client, p.script, p.keys, p.args).Int64Slice()
 		close(p.done)
 		return
 	}

@@ -17,11 +17,11 @@ type op struct {
 
 // keyState is one key's state and, after run, its outcome.
 type keyState struct {
-	st      []int64
+	counters
 	t0      int64    // max(now, its last charge): a key is never evaluated earlier
 	t       int64    // the time it is evaluated at: t0, or a reservation's release time
 	skew    int64    // t0 - now when the clock stepped back, else 0
-	at      int64    // when it was charged (t, or the reservation's release time)
+	at      int64    // when it was charged (t: t0, or the reservation's release time)
 	stats   []status // one per limit, set by run (the caller gives the room)
 	charged bool
 	blocked bool    // a penalty was set or is running: the state changed though not charged
@@ -47,12 +47,15 @@ func run(pol *ratelimit.Policy, lim []param, keys []*keyState, now int64, o op) 
 		c1 = 1 // a peek asks whether a request of cost 1 would fit
 	}
 	var evs [MaxKeys][ratelimit.MaxLimits]eval
-	blockedAny := false
+	blockedAny, queueFull := false, false
 	for _, k := range keys {
 		k.t0 = max(now, k.st[fTime])
 		k.t, k.skew = k.t0, k.t0-now
 		if k.st[fBlock] > k.t0 {
 			blockedAny = true
+		}
+		if len(k.pend) >= maxPending {
+			queueFull = true
 		}
 	}
 	granted := o.cost
@@ -60,7 +63,7 @@ func run(pol *ratelimit.Policy, lim []param, keys []*keyState, now int64, o op) 
 		// The grant is what every limit of every key has room for now.
 		for ki, k := range keys {
 			for i := range lim {
-				evs[ki][i] = evaluate(k.st, k.t, &lim[i], 1)
+				evs[ki][i] = evaluate(&k.counters, k.t, &lim[i], 1)
 				granted = min(granted, evs[ki][i].avail)
 			}
 		}
@@ -78,7 +81,7 @@ func run(pol *ratelimit.Policy, lim []param, keys []*keyState, now int64, o op) 
 	} else {
 		for ki, k := range keys {
 			for i := range lim {
-				evs[ki][i] = evaluate(k.st, k.t, &lim[i], c1)
+				evs[ki][i] = evaluate(&k.counters, k.t, &lim[i], c1)
 			}
 		}
 	}
@@ -91,7 +94,7 @@ func run(pol *ratelimit.Policy, lim []param, keys []*keyState, now int64, o op) 
 		}
 	}
 	var release int64
-	if !allowed && o.maxDelay > 0 && o.cost > 0 && !o.upTo && !blockedAny && reserves(lim) {
+	if !allowed && o.maxDelay > 0 && o.cost > 0 && !o.upTo && !blockedAny && !queueFull && reserves(lim) {
 		// Reserve: the request is admitted when the last limit has room.
 		release = now
 		never := false
@@ -107,9 +110,9 @@ func run(pol *ratelimit.Policy, lim []param, keys []*keyState, now int64, o op) 
 		if !never && release-now <= o.maxDelay {
 			allowed = true
 			for ki, k := range keys {
-				k.t = release
+				k.t = max(release, k.t0)
 				for i := range lim {
-					evs[ki][i] = evaluate(k.st, release, &lim[i], c1)
+					evs[ki][i] = evaluate(&k.counters, k.t, &lim[i], c1)
 				}
 			}
 		} else {
@@ -128,21 +131,33 @@ func run(pol *ratelimit.Policy, lim []param, keys []*keyState, now int64, o op) 
 	for ki, k := range keys {
 		for i := range lim {
 			e := &evs[ki][i]
-			rem, reset := report(k.st, k.t, &lim[i], e, charged)
+			rem, reset := report(&k.counters, k.t, &lim[i], e, charged)
 			k.stats[i] = status{rem: rem, reset: reset, retry: e.retry}
 		}
 		k.at = k.t
 		if charged > 0 {
-			for i := range lim {
-				charge(k.st, k.t, &lim[i], &evs[ki][i], charged)
-				if lim[i].kind == ratelimit.CounterToken {
-					k.tats[i] = k.st[lim[i].off]
+			// Reservations released by t0 join the fields first, so that
+			// the fields hold every charge up to t0, in order of time.
+			k.fold(lim, k.t0)
+			if k.t > k.t0 {
+				// A place in line: pending until a charge at or after its
+				// release folds it in. A token bucket's mark is the least
+				// its TAT can be right after it (see refund).
+				k.reserve(k.t, charged)
+				for i := range lim {
+					if lim[i].kind == ratelimit.CounterToken {
+						k.tats[i] = k.t + charged*lim[i].width
+					}
+				}
+			} else {
+				for i := range lim {
+					charge(k.st, k.t, &lim[i], &evs[ki][i], charged)
+					if lim[i].kind == ratelimit.CounterToken {
+						k.tats[i] = k.st[lim[i].off]
+					}
 				}
 			}
 			k.st[fTime] = k.t0
-			if k.t > k.t0 {
-				k.st[fRelease] = max(k.st[fRelease], k.t)
-			}
 			k.charged = true
 		}
 		// Penalties: a running one denies and says how long it lasts; a
@@ -154,7 +169,7 @@ func run(pol *ratelimit.Policy, lim []param, keys []*keyState, now int64, o op) 
 				s.retry = max(s.retry, b-k.t0)
 			}
 			s.reset, s.rem = max(s.reset, b-k.t0), 0
-		} else if !allowed && block > 0 && o.cost > 0 && !o.upTo {
+		} else if !allowed && block > 0 && o.cost > 0 {
 			worst := -1
 			for i, s := range k.stats {
 				if s.retry > 0 && (worst < 0 || s.retry > k.stats[worst].retry) {

@@ -54,6 +54,7 @@ type memKey struct {
 type memEntry struct {
 	expires int64 // µs; the entry is empty from then on
 	f       []int64
+	pend    []reservation // pending reservations, in order of release
 }
 
 // idKey names a request ID's record: the identity and the ID's hash.
@@ -227,7 +228,9 @@ func (m *Memory) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit
 	for ki := range req.Keys {
 		sh := &m.shards[shards[ki]]
 		if idh != "" {
-			if r := sh.ids[idKey{mks[ki], idh}]; r != nil && r.expires > now && r.repeats < ratelimit.MaxRepeats {
+			// A key under a running penalty is decided again, however
+			// its ID was answered before: a block holds against repeats.
+			if r := sh.ids[idKey{mks[ki], idh}]; r != nil && r.expires > now && r.repeats < ratelimit.MaxRepeats && !m.blocked(sh, mks[ki], now, nf) {
 				r.repeats++
 				records[ki] = r
 				continue
@@ -235,8 +238,13 @@ func (m *Memory) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit
 		}
 		e := m.entry(sh, mks[ki], now, nf, own)
 		ents[ki] = e
-		states[ki].st, states[ki].stats, states[ki].tats = e.f, stats[ki][:len(lim)], tats[ki][:len(lim)]
-		decided[nd] = &states[ki]
+		k := &states[ki]
+		k.st, k.pend, k.held = e.f, e.pend, 0
+		for _, r := range e.pend {
+			k.held += r.cost
+		}
+		k.stats, k.tats = stats[ki][:len(lim)], tats[ki][:len(lim)]
+		decided[nd] = k
 		nd++
 	}
 	var out outcome
@@ -271,8 +279,13 @@ func (m *Memory) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit
 			fold(&d, i, ki, s, ki == 0)
 		}
 		e := ents[ki]
+		e.pend = k.pend
 		if k.charged || k.blocked {
-			e.expires = max(e.expires, max(k.at, k.t0)+ttl)
+			last := max(k.at, k.t0)
+			if n := len(k.pend); n > 0 {
+				last = max(last, k.pend[n-1].at)
+			}
+			e.expires = max(e.expires, last+ttl)
 		}
 		if k.charged {
 			charged = append(charged, req.Keys[ki])
@@ -315,6 +328,7 @@ func (m *Memory) entry(sh *memShard, k memKey, now int64, nf int, own []memKey) 
 		if len(e.f) != nf {
 			e.f = make([]int64, nf)
 		}
+		e.pend = nil
 		return e
 	}
 	if m.maxKeys > 0 {
@@ -429,6 +443,7 @@ func (m *Memory) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string)
 		epoch := e.f[fGen]/genEpoch + 1
 		clear(e.f)
 		e.f[fGen] = epoch * genEpoch
+		e.pend = nil
 		e.expires = max(e.expires, now+p.TTL().Microseconds())
 	}
 	return nil
@@ -456,6 +471,13 @@ func (m *Memory) Refund(ctx context.Context, r ratelimit.Receipt) error {
 		if gen/genEpoch != e.f[fGen]/genEpoch {
 			continue // charged before a Reset: nothing of it counts
 		}
+		k := counters{pend: e.pend}
+		if k.unreserve(at, r.Cost()) {
+			// A place in line still pending: its units leave the line,
+			// exactly; the fields never held them.
+			e.pend = k.pend
+			continue
+		}
 		for i := range lim {
 			refund(e.f, now, at, &lim[i], r.Cost(), marks[ki*stride+2+i], e.f[fGen] == gen)
 		}
@@ -472,6 +494,13 @@ func (m *Memory) Len() int {
 		n += m.shards[i].size()
 	}
 	return n
+}
+
+// blocked reports whether the identity k holds a running penalty. The
+// caller holds sh's lock.
+func (m *Memory) blocked(sh *memShard, k memKey, now int64, nf int) bool {
+	e, ok := sh.m[k]
+	return ok && e.expires > now && len(e.f) == nf && e.f[fBlock] > max(now, e.f[fTime])
 }
 
 // Local marks the memory store as answering without I/O (ratelimit.Local).

@@ -101,7 +101,7 @@ func (r *Redis) runOnNode(ctx context.Context, script *redis.Script, keys []stri
 			return nil, ErrNodeUnavailable
 		}
 	}
-	cmd := script.Run(ctx, r.client, keys, args...)
+	cmd := runScript(ctx, r.client, script, keys, args)
 	if c != nil {
 		c.done(nodeOutcome(ctx, cmd.Err(), time.Now()), probe, r.nodeNow())
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -71,6 +70,7 @@ type Redis struct {
 	now         func() time.Time // tests only: replaces Redis TIME
 	ttlExtra    time.Duration    // tests only: added to every key's TTL
 	noResendIDs bool             // tests only: calls carry no resend ID
+	ridHook     func() *resendID // tests only: the resend ID of each call
 	batch       *batcher         // nil: one call per Take (WithBatching(0))
 	refunds     sync.WaitGroup   // Cluster refunds running in the background
 
@@ -221,26 +221,9 @@ func (r *Redis) do(ctx context.Context, req ratelimit.Request, o op) (_ ratelimi
 	}
 }
 
-// resendID returns a fresh 8-character ID for one script call: a script
-// whose reply was lost and that go-redis sends again finds it among the
-// last charges of its key and charges nothing twice.
-func (r *Redis) resendID() string {
-	if r.noResendIDs {
-		return ""
-	}
-	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_"
-	v := rand.Uint64()
-	var b [8]byte
-	for i := range b {
-		b[i] = digits[v&63]
-		v >>= 6
-	}
-	return string(b[:])
-}
-
 // callArgs lays out a take's ARGV: the per-call arguments, then the
 // policy's unless its script has them baked in.
-func (p *preparedTake) callArgs(now int64, o op, rid string, hasID bool) []any {
+func (p *preparedTake) callArgs(now int64, o op, rid any, hasID bool) []any {
 	args := make([]any, 6, 6+len(p.tail))
 	mode := "0"
 	if o.upTo {
@@ -285,9 +268,9 @@ func (r *Redis) take(ctx context.Context, req ratelimit.Request, o op) (ratelimi
 		script, all := prep.script, append(keys, idKeys...)
 		var args []any
 		if prep.fast != nil && len(keys) == 1 && idKeys == nil && !o.upTo && o.maxDelay == 0 {
-			script, args = prep.fast, []any{now, o.cost, r.resendID()}
+			script, args = prep.fast, []any{now, o.cost, r.resendID(ctx)}
 		} else {
-			args = prep.callArgs(now, o, r.resendID(), idKeys != nil)
+			args = prep.callArgs(now, o, r.resendID(ctx), idKeys != nil)
 		}
 		var reply []int64
 		var err error
@@ -297,9 +280,10 @@ func (r *Redis) take(ctx context.Context, req ratelimit.Request, o op) (ratelimi
 		case r.cluster:
 			reply, err = r.runOnNode(ctx, script, all, args)
 		default:
-			reply, err = script.Run(ctx, r.client, all, args...).Int64Slice()
+			reply, err = runScript(ctx, r.client, script, all, args).Int64Slice()
 		}
 		if err != nil {
+			err = resendErr(err)
 			return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: redis: %w", err)
 		}
 		if err := checkReply(reply, len(keys), nl); err != nil {
@@ -406,15 +390,16 @@ func (r *Redis) takeCluster(ctx context.Context, req ratelimit.Request, o op, pr
 		pctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)*3/4))
 		defer cancel()
 	}
-	rid := r.resendID()
 	answers := make(chan keyAnswer, len(keys))
 	for i := range keys {
+		rid := r.resendID(ctx) // one per command: each is sent, and resent, on its own
 		go func(i int) {
 			ks := keys[i : i+1]
 			if idKeys != nil {
 				ks = []string{keys[i], idKeys[i]}
 			}
 			rep, err := r.runOnNode(pctx, prep.script, ks, prep.callArgs(now, o, rid, idKeys != nil))
+			err = resendErr(err)
 			if err == nil {
 				err = checkReply(rep, 1, nl)
 			}
@@ -792,7 +777,7 @@ func pipeline(ctx context.Context, c redis.UniversalClient, n int, call func(i i
 		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range again {
 				s, keys, args := call(i)
-				cmds[i] = s.Eval(ctx, p, keys, args...)
+				cmds[i] = s.Eval(ctx, p, keys, fresh(args)...)
 			}
 			return nil
 		})

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -237,4 +239,138 @@ func commandStatsFull(t *testing.T, c *redis.Client) map[string]cmdStat {
 		out[strings.TrimPrefix(name, "cmdstat_")] = st
 	}
 	return out
+}
+
+// TestResendCountsOnce replays go-redis's resends step by step: a call
+// runs, and the same call (its resend ID now written as a resend) runs
+// again. A request is charged at most once, whatever came between:
+//   - a resend that finds its ID among the key's last lua.ResendIDs charges
+//     is answered as the first run, uncharged;
+//   - one pushed out by more charges than that fails (errResendLost),
+//     uncharged, and the Limiter's fallback decides it;
+//   - one whose first run was denied (nothing recorded) and whose key
+//     pushed no ID out within the horizon is decided again;
+//   - a pipeline of 10 calls on one key resent whole counts 10, not 20.
+func TestResendCountsOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type call struct {
+		resendOf int  // -1: a new call; else the index of the call it resends
+		allowed  bool // want
+		lost     bool // want errResendLost
+	}
+	newCalls := func(n int) []call {
+		out := make([]call, n)
+		for i := range out {
+			out[i].resendOf, out[i].allowed = -1, true
+		}
+		return out
+	}
+	cases := []struct {
+		name    string
+		rate    int64
+		calls   []call
+		charged int64
+	}{
+		{"resend next", 100, []call{{-1, true, false}, {0, true, false}}, 1},
+		{"resend after 7 others", 100, append(newCalls(8), call{0, true, false}), 8},
+		{"resend after 8 others", 100, append(newCalls(9), call{0, false, true}), 9},
+		{"denied first run", 2, append(newCalls(2), call{-1, false, false}, call{2, false, false}), 2},
+		{"pipeline of 10 resent", 100, func() []call {
+			c := newCalls(10)
+			for i := 0; i < 10; i++ {
+				c = append(c, call{i, i >= 2, i < 2})
+			}
+			return c
+		}(), 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, s := miniStore(t, WithBatching(0))
+			p := ratelimit.MustParsePolicy(strconv.FormatInt(tc.rate, 10)+"/h", ratelimit.Named("resend"))
+			ids := make([]*resendID, len(tc.calls))
+			var next *resendID
+			s.ridHook = func() *resendID { return next }
+			for i, c := range tc.calls {
+				if c.resendOf < 0 {
+					ids[i] = &resendID{id: fmt.Sprintf("id%04d", i), horizon: time.Minute.Microseconds()}
+				} else {
+					ids[i] = ids[c.resendOf] // sent before: written as a resend
+				}
+				next = ids[i]
+				d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: 1})
+				if c.lost != errors.Is(err, errResendLost) || !c.lost && err != nil {
+					t.Fatalf("step %d: error %v, want lost %v", i, err, c.lost)
+				}
+				if d.Allowed != c.allowed {
+					t.Fatalf("step %d: allowed %v, want %v: %+v", i, d.Allowed, c.allowed, d)
+				}
+			}
+			s.ridHook = nil
+			if got := tc.rate - mustTake(t, s, p, 0, "k").Remaining; got != tc.charged {
+				t.Fatalf("%d units charged, want %d", got, tc.charged)
+			}
+		})
+	}
+}
+
+// TestRealResentPipelineCountsOnce: ten calls on one key share a pipeline
+// (batching), Redis runs them, and the connection breaks before their
+// replies arrive; go-redis sends the whole pipeline again. No request is
+// charged twice: the key counts at most the 11 requests made, and every
+// request answered as admitted was charged.
+func TestRealResentPipelineCountsOnce(t *testing.T) {
+	srv := redistest.StartServer(t)
+	direct := srv.Client(t)
+	proxy := faultproxy.New(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3})
+	t.Cleanup(func() { client.Close() })
+	s, err := NewRedis(client, WithBatching(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ratelimit.MustParsePolicy("100/h", ratelimit.Named("pipe"))
+	ctx := context.Background()
+	mustTake(t, s, p, 0, "k") // loads the script
+	peek := &Redis{client: direct, prefix: s.prefix, maxBaked: maxBaked}
+	charged := func() int64 { return 100 - mustTake(t, peek, p, 0, "k").Remaining }
+	proxy.SetLatency(300 * time.Millisecond)
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 11; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			d, err := s.Take(tctx, ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: 1})
+			switch {
+			case err != nil:
+				failed.Add(1)
+			case d.Allowed:
+				admitted.Add(1)
+			}
+		}()
+		if i == 0 {
+			time.Sleep(50 * time.Millisecond) // the first call holds the one slot; the rest queue behind it
+		}
+	}
+	// Drop the connections once Redis has run all eleven, while the
+	// pipeline's replies are still in the proxy.
+	deadline := time.Now().Add(15 * time.Second)
+	for charged() < 11 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	proxy.Drop()
+	proxy.SetLatency(0)
+	wg.Wait()
+	got := charged()
+	t.Logf("11 requests, %d connections dropped: %d admitted, %d failed (resend lost, decided by the fallback), %d units charged",
+		proxy.Dropped(), admitted.Load(), failed.Load(), got)
+	if proxy.Dropped() == 0 {
+		t.Fatal("no connection was dropped: the fault did not happen")
+	}
+	if got > 11 || got < admitted.Load() {
+		t.Fatalf("%d units charged for 11 requests of which %d were admitted: a request was charged twice, or admitted uncharged", got, admitted.Load())
+	}
 }
