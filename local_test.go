@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 // deadlineStore records whether its context had a deadline.
@@ -27,7 +28,7 @@ type localStore struct{ *deadlineStore }
 
 func (localStore) Local() {}
 
-// TestLocalStoreNoDeadline: a store marked ratelimit.Local is called
+// TestLocalStoreNoDeadline: a store marked storekit.Local is called
 // without a deadline (no timer per request); any other store gets the
 // Limiter's timeout.
 func TestLocalStoreNoDeadline(t *testing.T) {
@@ -44,7 +45,7 @@ func TestLocalStoreNoDeadline(t *testing.T) {
 			t.Errorf("%T: deadlines %v, want [%v]", c.st, c.rec.hadDeadline, c.want)
 		}
 	}
-	var _ ratelimit.Local = store.NewMemory()
+	var _ storekit.Local = store.NewMemory()
 }
 
 // TestLongIdentity: an identity of any length is limited like any other

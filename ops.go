@@ -267,7 +267,7 @@ func (l *Limiter) giveBack(r *http.Request, d Decision) {
 
 func (l *Limiter) refund(ctx context.Context, r *http.Request, d Decision) error {
 	rc := d.Receipt
-	if !rc.Claim() {
+	if !rc.claim() {
 		return nil
 	}
 	s := rc.madeBy()
@@ -282,7 +282,7 @@ func (l *Limiter) refund(ctx context.Context, r *http.Request, d Decision) error
 	if s != l.store {
 		which = "fallback store"
 	}
-	return l.op(ctx, r, rc.Policy(), which, "refund", func(ctx context.Context) error { return rf.Refund(ctx, rc) })
+	return l.op(ctx, r, rc.policy(), which, "refund", func(ctx context.Context) error { return rf.Refund(ctx, rc) })
 }
 
 // op runs a store operation other than a decision, within the timeout, on
@@ -445,7 +445,7 @@ func (l *Limiter) failed(err error) (Decision, bool, error) {
 // error hook and the log have seen it.
 func (l *Limiter) call(parent context.Context, r *http.Request, s Store, which string, a ask) (Decision, error) {
 	ctx := context.WithoutCancel(parent)
-	if _, local := s.(Local); !local {
+	if _, isLocal := s.(local); !isLocal {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
@@ -476,7 +476,7 @@ func (l *Limiter) call(parent context.Context, r *http.Request, s Store, which s
 	var expired error
 	if err != nil {
 		expired = ctx.Err()
-	} else if err = CheckDecision(d, req); err != nil {
+	} else if err = checkDecision(d, req); err != nil {
 		d = Decision{}
 	}
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
 
 // Algorithm selects how a Policy counts. The zero value is SlidingWindow.
@@ -87,27 +89,6 @@ func (a Algorithm) String() string {
 	}
 	return "algorithm(" + strconv.Itoa(int(a)) + ")"
 }
-
-// Counter says how a store counts one limit of a policy: the representation
-// the algorithm chose for it. Store implementations read it with
-// Policy.Counter; callers never need it.
-type Counter uint8
-
-const (
-	// CounterBuckets: sub-buckets, each with its cost and the time of its
-	// latest admission (SlidingWindow above ExactRateMax).
-	CounterBuckets Counter = iota
-	// CounterLog: the times of the last Rate units of cost (SlidingLog, and
-	// SlidingWindow up to ExactRateMax).
-	CounterLog
-	// CounterFixed: the aligned window's index and its cost (FixedWindow).
-	CounterFixed
-	// CounterToken: the theoretical arrival time of GCRA (TokenBucket).
-	CounterToken
-	// CounterApprox: the aligned window's index, its cost and the previous
-	// window's cost (SlidingWindowApprox).
-	CounterApprox
-)
 
 // Bounds enforced by NewPolicy and ParsePolicy keep every number the
 // stores compute (in microseconds) exactly representable in the 53-bit
@@ -203,20 +184,11 @@ type Policy struct {
 	// fingerprint of its algorithm and limits, so that a changed definition
 	// never reads counters laid out for another.
 	id string
-	// Precomputed per-limit figures in microseconds, used by the stores.
-	periodUS []int64   // Period
-	bucketUS []int64   // buckets: Period/Precision; token: emission interval; others: Period
-	buckets  []int64   // buckets: Precision; others: 1
-	burst    []int64   // token bucket capacity
-	counters []Counter // how each limit is counted
-	ttlMS    int64     // how long counters must outlive their last write
-	header   string    // the RateLimit-Policy value, built once
-	minRate  int64     // smallest capacity of any limit (Rate, or Burst for TokenBucket)
+	// layout is how the stores count the policy (internal/layout).
+	layout  *layout.Policy
+	header  string // the RateLimit-Policy value, built once
+	minRate int64  // smallest capacity of any limit (Rate, or Burst for TokenBucket)
 }
-
-// storeLayout is the version of the stores' counter layout (see
-// store/algorithm.go); it is part of every policy's ID.
-const storeLayout = 4
 
 // DefaultPolicyName is the name of a policy built without a name.
 const DefaultPolicyName = "default"
@@ -261,7 +233,8 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 	// counters out differently, so an upgraded library never reads an
 	// older layout.
 	fp := sha256.New()
-	fmt.Fprintf(fp, "layout%d|%d|%d", storeLayout, alg, block.Microseconds())
+	fmt.Fprintf(fp, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
+	lay := make([]layout.Limit, len(limits))
 	for i := range p.limits {
 		l := &p.limits[i]
 		where := fmt.Sprintf("policy %q: limit %d (%d/%s)", name, i+1, l.Rate, l.Period)
@@ -286,7 +259,7 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 		if alg != SlidingWindow && l.Precision != 0 {
 			return nil, fmt.Errorf("%s: precision applies to the sliding window only", where)
 		}
-		var counter Counter
+		var counter layout.Kind
 		switch alg {
 		case SlidingWindow:
 			n := int64(l.Precision)
@@ -294,7 +267,7 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 				return nil, fmt.Errorf("%s: precision %d must be between 1 and %d (0 for the default)", where, n, MaxPrecision)
 			}
 			if n == 0 && l.Rate <= ExactRateMax {
-				counter = CounterLog
+				counter = layout.Log
 				break
 			}
 			if n == 0 {
@@ -310,16 +283,16 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 				return nil, fmt.Errorf("%s: precision %d makes sub-buckets shorter than 1ms", where, n)
 			}
 			l.Precision = int(n)
-			counter, buckets, width = CounterBuckets, n, period/n
+			counter, buckets, width = layout.Buckets, n, period/n
 		case SlidingLog:
 			if l.Rate > MaxLogRate {
 				return nil, fmt.Errorf("%s: the sliding log keeps one time per unit of rate, so its rate must be at most %d (use SlidingWindow above that)", where, MaxLogRate)
 			}
-			counter = CounterLog
+			counter = layout.Log
 		case FixedWindow:
-			counter = CounterFixed
+			counter = layout.Fixed
 		case SlidingWindowApprox:
-			counter = CounterApprox
+			counter = layout.Approx
 		case TokenBucket:
 			if l.Burst < 0 || l.Burst > MaxRate {
 				return nil, fmt.Errorf("%s: burst must be between 1 and %d (0 means the rate)", where, MaxRate)
@@ -334,7 +307,7 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 				return nil, fmt.Errorf("%s: burst %d × emission interval %dµs is longer than %s (%.0f years), past which stored times would lose precision",
 					where, burst, width, MaxSpan, MaxSpan.Hours()/24/365.25)
 			}
-			counter = CounterToken
+			counter = layout.Token
 		}
 		if l.Name == "" {
 			l.Name = name + "-" + FormatPeriod(l.Period)
@@ -353,34 +326,10 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 		if p.minRate == 0 || capacity < p.minRate {
 			p.minRate = capacity
 		}
-		p.periodUS = append(p.periodUS, period)
-		p.bucketUS = append(p.bucketUS, width)
-		p.buckets = append(p.buckets, buckets)
-		p.burst = append(p.burst, burst)
-		p.counters = append(p.counters, counter)
-		// How long after its last write an identity's counters still
-		// matter (µs), for a write at time t:
-		var ttl int64
-		switch counter {
-		case CounterBuckets:
-			ttl = period + width // a sub-bucket counts until its latest admission + Period
-		case CounterLog:
-			ttl = period // the newest unit counts until t + Period
-		case CounterFixed:
-			ttl = period // the window of t ends before t + Period
-		case CounterApprox:
-			ttl = 2 * period // the window of t is weighed until the next one ends
-		case CounterToken:
-			ttl = width * burst // the TAT is at most t + Burst × interval
-		}
-		if ms := (ttl + 999) / 1000; ms > p.ttlMS {
-			p.ttlMS = ms
-		}
+		lay[i] = layout.Limit{Kind: counter, Capacity: capacity, Width: width, N: buckets, Period: period}
 		fmt.Fprintf(fp, "|%d/%d/%d/%d/%d", l.Rate, period, counter, buckets, burst)
 	}
-	if ms := (block.Microseconds() + 999) / 1000; ms > p.ttlMS {
-		p.ttlMS = ms // a penalty must outlive the counters' own need
-	}
+	p.layout = layout.Compile(lay, block.Microseconds(), ExactRateMax)
 	p.id = name + ":" + hex.EncodeToString(fp.Sum(nil)[:8])
 	p.header = string(appendPolicyHeader(nil, p.limits, alg == TokenBucket))
 	return p, nil
@@ -443,32 +392,13 @@ func (p *Policy) String() string {
 	return b.String()
 }
 
-// Compiled returns per-limit figures the stores need, in microseconds:
-// the period, the width (a sub-bucket for CounterBuckets, the emission
-// interval for the token bucket, the period otherwise), the number of
-// sub-buckets (1 unless CounterBuckets), and the token bucket's burst.
-// Store implementations use it with Counter; the slices must not be
-// modified.
-func (p *Policy) Compiled() (periodUS, widthUS, buckets, burst []int64) {
-	return p.periodUS, p.bucketUS, p.buckets, p.burst
-}
-
-// Counter returns how stores count the i-th limit (0-based).
-func (p *Policy) Counter(i int) Counter { return p.counters[i] }
-
 // TTL returns how long a store must keep an identity's counters after its
 // last write: after that, every limit has forgotten it and any penalty
 // (BlockFor) is over. It is a whole number of milliseconds, rounded up.
-func (p *Policy) TTL() time.Duration { return time.Duration(p.ttlMS) * time.Millisecond }
+func (p *Policy) TTL() time.Duration { return time.Duration(p.layout.TTLMS) * time.Millisecond }
 
 // MaxPeriod returns the longest Period of the policy's limits.
-func (p *Policy) MaxPeriod() time.Duration {
-	var m int64
-	for _, v := range p.periodUS {
-		m = max(m, v)
-	}
-	return time.Duration(m) * time.Microsecond
-}
+func (p *Policy) MaxPeriod() time.Duration { return time.Duration(p.layout.IDTTL) * time.Microsecond }
 
 // BlockFor returns the policy's penalty: how long a key stays denied once
 // a request for it was denied (0: none). See the BlockFor option.
@@ -673,11 +603,4 @@ func parsePeriod(s string) (time.Duration, error) {
 // (Reserver, Limiter.Wait): every limit is counted by an exact log
 // (SlidingLog; SlidingWindow limits up to ExactRateMax) or by the token
 // bucket, which can record an admission in the future.
-func (p *Policy) Reserves() bool {
-	for _, c := range p.counters {
-		if c != CounterLog && c != CounterToken {
-			return false
-		}
-	}
-	return true
-}
+func (p *Policy) Reserves() bool { return p.layout.Reserves }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
 
 func TestParsePolicy(t *testing.T) {
@@ -119,10 +121,10 @@ func TestPolicyDefaults(t *testing.T) {
 	for i, want := range []struct {
 		name      string
 		precision int
-		counter   Counter
-	}{{"api-1s", 0, CounterLog}, {"api-1m", DefaultPrecision, CounterBuckets}, {"api-1h", DefaultPrecision, CounterBuckets}} {
-		if ls[i].Name != want.name || ls[i].Precision != want.precision || p.Counter(i) != want.counter {
-			t.Errorf("limit %d: name %q precision %d counter %d, want %q, %d and %d", i, ls[i].Name, ls[i].Precision, p.Counter(i), want.name, want.precision, want.counter)
+		counter   layout.Kind
+	}{{"api-1s", 0, layout.Log}, {"api-1m", DefaultPrecision, layout.Buckets}, {"api-1h", DefaultPrecision, layout.Buckets}} {
+		if ls[i].Name != want.name || ls[i].Precision != want.precision || p.layout.Limits[i].Kind != want.counter {
+			t.Errorf("limit %d: name %q precision %d counter %d, want %q, %d and %d", i, ls[i].Name, ls[i].Precision, p.layout.Limits[i].Kind, want.name, want.precision, want.counter)
 		}
 	}
 	if p.String() != "10/1s, 120/1m, 240/1h" {
@@ -134,10 +136,10 @@ func TestPolicyDefaults(t *testing.T) {
 	if !MustParsePolicy("10/s, 30/m").Reserves() || !MustParsePolicy("100/s", WithAlgorithm(TokenBucket)).Reserves() {
 		t.Error("an exact or token-bucket policy says it cannot reserve")
 	}
-	if got := MustParsePolicy(fmt.Sprintf("%d/s", ExactRateMax+1)).Counter(0); got != CounterBuckets {
+	if got := MustParsePolicy(fmt.Sprintf("%d/s", ExactRateMax+1)).layout.Limits[0].Kind; got != layout.Buckets {
 		t.Errorf("rate ExactRateMax+1: counter %d, want sub-buckets", got)
 	}
-	if got := MustParsePolicy("5/s", WithPrecision(5)).Counter(0); got != CounterBuckets {
+	if got := MustParsePolicy("5/s", WithPrecision(5)).layout.Limits[0].Kind; got != layout.Buckets {
 		t.Errorf("a precision set: counter %d, want sub-buckets", got)
 	}
 	// A short period that the default precision cannot divide falls back

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/bridge"
+	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
 
 // Store decides and records requests against a Policy. Implementations live
@@ -104,12 +107,12 @@ type Decision struct {
 	Receipt Receipt
 }
 
-// Receipt identifies one charge, so that it can be refunded exactly: a
-// refund takes back what that charge still counts and never touches another
-// request's charge. The zero Receipt stands for no charge. It is opaque to
-// callers; stores build it with NewReceipt and read it with its methods.
-// Copies of a Receipt share one claim (Claim), so that a charge is refunded
-// at most once in a process, whoever asks.
+// Receipt identifies one charge, so that it can be refunded exactly
+// (Limiter.Refund): a refund takes back what that charge still counts and
+// never touches another request's charge. The zero Receipt stands for no
+// charge. It is opaque: stores make and read receipts with package
+// store/storekit. Copies of a Receipt share one claim, so that a charge is
+// refunded at most once in a process, whoever asks.
 type Receipt struct{ r *receipt }
 
 type receipt struct {
@@ -121,59 +124,15 @@ type receipt struct {
 	done   atomic.Bool
 }
 
-// NewReceipt returns the Receipt of a charge of cost, under p, for keys
-// (which it keeps: do not modify them). marks are the store's own record of
-// the charge, read back by Marks; the memory and Redis stores keep, per
-// key, the time of the charge, the key's refund count then, and one number
-// per limit.
-func NewReceipt(p *Policy, keys []string, cost int64, marks []int64) Receipt {
-	return Receipt{&receipt{policy: p, keys: keys, cost: cost, marks: marks}}
-}
-
 // IsZero reports whether r stands for no charge.
 func (r Receipt) IsZero() bool { return r.r == nil }
 
-// Policy returns the policy the charge was made under (nil for the zero Receipt).
-func (r Receipt) Policy() *Policy {
-	if r.r == nil {
-		return nil
-	}
-	return r.r.policy
-}
-
-// Keys returns the keys charged.
-func (r Receipt) Keys() []string {
-	if r.r == nil {
-		return nil
-	}
-	return r.r.keys
-}
-
-// Cost returns the cost charged.
-func (r Receipt) Cost() int64 {
-	if r.r == nil {
-		return 0
-	}
-	return r.r.cost
-}
-
-// Marks returns the store's record of the charge (see NewReceipt).
-func (r Receipt) Marks() []int64 {
-	if r.r == nil {
-		return nil
-	}
-	return r.r.marks
-}
-
-// Claim reports whether this call is the first to claim r for a refund:
+// claim reports whether this call is the first to claim r for a refund:
 // true once, false ever after (and for the zero Receipt), for r and all its
 // copies.
-func (r Receipt) Claim() bool {
+func (r Receipt) claim() bool {
 	return r.r != nil && r.r.done.CompareAndSwap(false, true)
 }
-
-// Claimed reports whether r was claimed already.
-func (r Receipt) Claimed() bool { return r.r != nil && r.r.done.Load() }
 
 func (r Receipt) withStore(s Store) {
 	if r.r != nil && r.r.store == nil {
@@ -186,6 +145,28 @@ func (r Receipt) madeBy() Store {
 		return nil
 	}
 	return r.r.store
+}
+
+func (r Receipt) policy() *Policy {
+	if r.r == nil {
+		return nil
+	}
+	return r.r.policy
+}
+
+func init() {
+	bridge.Layout = func(p any) *layout.Policy { return p.(*Policy).layout }
+	bridge.NewReceipt = func(p any, keys []string, cost int64, marks []int64) any {
+		return Receipt{&receipt{policy: p.(*Policy), keys: keys, cost: cost, marks: marks}}
+	}
+	bridge.ReadReceipt = func(r any) (any, []string, int64, []int64) {
+		rc := r.(Receipt)
+		if rc.r == nil {
+			return (*Policy)(nil), nil, 0, nil
+		}
+		return rc.r.policy, rc.r.keys, rc.r.cost, rc.r.marks
+	}
+	bridge.CheckDecision = func(d, req any) error { return checkDecision(d.(Decision), req.(Request)) }
 }
 
 // The operations below are optional: a Store implements those it can, and
@@ -244,22 +225,18 @@ type LimitStatus struct {
 	RetryAfter time.Duration
 }
 
-// Local is implemented by stores that answer without I/O and never block
-// beyond a short lock, such as the memory store. A Limiter calls them
-// without setting a deadline, which saves a timer per request.
-type Local interface {
-	Store
-	// Local is a marker; it does nothing.
-	Local()
-}
+// local is implemented by stores that answer without I/O and never block
+// beyond a short lock (store/storekit.Local): a Limiter calls them without
+// setting a deadline, which saves a timer per request.
+type local interface{ Local() }
 
-// CheckDecision reports a Decision that points outside its Request (a
+// checkDecision reports a Decision that points outside its Request (a
 // limit or key index out of range, limit states of another policy, a
 // negative delay or grant, a grant above the cost), so that a faulty store
 // cannot make the headers index out of range. The Limiter checks every
-// store's answer with it; wrappers of stores (store.DenyCache) check the
-// store they wrap.
-func CheckDecision(d Decision, req Request) error {
+// store's answer with it; wrappers of stores check the store they wrap
+// (store/storekit.CheckDecision).
+func checkDecision(d Decision, req Request) error {
 	if req.Policy == nil {
 		return errors.New("invalid decision: the request has no policy")
 	}
