@@ -270,10 +270,7 @@ func (l *Limiter) requestID(r *http.Request) string {
 func (l *Limiter) overCapacity(r *http.Request, res Result) {
 	err := fmt.Errorf("ratelimit: cost %d of policy %q: %w (%d): it can never be admitted; check WithCost, WithCostFunc and WithPolicyFunc",
 		res.Cost, res.Policy.Name(), ErrCostOverCapacity, res.Policy.MaxCost())
-	if l.errHook != nil {
-		l.errHook(r, err)
-	}
-	l.log(r.Context(), "config", res.Policy, err)
+	l.report(r.Context(), r, "config", res.Policy, err)
 }
 
 func serviceUnavailable(w http.ResponseWriter, style HeaderStyle) {

@@ -124,17 +124,3 @@ type CircuitEvent struct {
 	// Cooldown is how long the store is skipped before a probe.
 	Cooldown time.Duration
 }
-
-// WithObserver subscribes o to the Limiter's decisions, store calls and
-// circuit changes. It may be given several times: every observer gets
-// every event, in the order given, after the error and decision hooks.
-// o must not be nil.
-func WithObserver(o Observer) Option {
-	return func(c *config) {
-		if isNil(o) {
-			c.fail("WithObserver: nil observer")
-			return
-		}
-		c.observers = append(c.observers, o)
-	}
-}

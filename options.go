@@ -7,52 +7,17 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/internal/breaker"
 )
 
-// DefaultTimeout is how long a Limiter waits for its store on each call
-// unless WithTimeout says otherwise. A healthy Redis on the same network
-// answers in well under a millisecond, so 100ms trips only when the store
-// is in real trouble, while it caps what an outage adds to the latency of
-// every request. Raise it for a store that is far away.
-const DefaultTimeout = 100 * time.Millisecond
+// An Option configures a Limiter built by New. Options are applied in
+// order; when one is given twice, the last wins. An invalid argument makes
+// New return an error.
+type Option func(*config)
 
-// failClosedRetryAfter is the Retry-After of the 503 answered by FailClosed,
-// and the RetryAfter of its Decision: store outages are usually short, and
-// the limiter gives up on a store within its timeout, so a client may try
-// again soon.
-const failClosedRetryAfter = time.Second
-
-// logEvery is the least time between two error logs of one Limiter.
-const logEvery = time.Second
-
-// A Limiter limits the rate of HTTP requests, or of any event keyed by
-// strings, against a Policy counted in a Store. Build one with New; the
-// zero value is not usable. A Limiter is safe for concurrent use.
-//
-// Handler wraps an http.Handler: most callers want it. Allow and AllowN
-// ask the same question outside HTTP, for keys the caller chooses.
-//
-// Every decision costs one call to the store, however many identifiers
-// and limits are involved. When the store fails or does not answer within
-// the timeout, the Limiter asks the fallback store if one is configured,
-// and otherwise (or if the fallback fails too) applies its FailureMode.
-// A request that none of the identifiers applies to passes unlimited (see
-// WithIdentifiers).
-type Limiter struct {
-	config
-	// epoch is when the Limiter was built; lastLog is the time of the
-	// last error log, relative to epoch (monotonic), and suppressed the
-	// number of error logs skipped since.
-	epoch      time.Time
-	lastLog    atomic.Int64
-	suppressed atomic.Int64
-}
-
+// config is what the options set: a Limiter's configuration.
 type config struct {
 	store    Store
 	policy   *Policy
@@ -80,49 +45,71 @@ type config struct {
 	sleep     func(ctx context.Context, d time.Duration) error // waits d, or until ctx is done
 	err       error                                            // the first invalid option
 	// breaker guards the store (not the fallback); see WithCircuitBreaker.
-	breaker    breaker.Breaker
-	breakerSet bool
+	breaker breaker.Breaker
 }
 
+// fail records the first invalid option; New returns it.
 func (c *config) fail(format string, args ...any) {
 	if c.err == nil {
 		c.err = fmt.Errorf("ratelimit: "+format, args...)
 	}
 }
 
-// An Option configures a Limiter built by New. Options are applied in
-// order; when one is given twice, the last wins. An invalid argument makes
-// New return an error.
-type Option func(*config)
-
-// FailureMode says what a Limiter does when it cannot get a decision: the
-// store (and the fallback store, if any) failed or did not answer within
-// the timeout.
-type FailureMode uint8
-
-const (
-	// FailOpen lets the request through, without rate-limit headers. The
-	// error goes to the error hook and, throttled, to the logger. It is the
-	// default: an outage of the store does not become an outage of the
-	// service.
-	FailOpen FailureMode = iota
-	// FailClosed answers 503 Service Unavailable with "Retry-After: 1",
-	// "Cache-Control: no-store" and a short plain-text body that reveals
-	// nothing of the error. A request of cost 0 is served all the same.
-	// Allow and AllowN report the request denied, with a RetryAfter of one
-	// second.
-	FailClosed
-)
-
-// String returns "fail-open" or "fail-closed".
-func (m FailureMode) String() string {
-	switch m {
-	case FailOpen:
-		return "fail-open"
-	case FailClosed:
-		return "fail-closed"
+// init sets c to the defaults, applies opts over them and checks the
+// whole: what New validates.
+func (c *config) init(store Store, policy *Policy, opts []Option) error {
+	if isNil(store) {
+		return errors.New("ratelimit: New: nil store")
 	}
-	return "failure-mode(" + strconv.Itoa(int(m)) + ")"
+	if policy == nil {
+		return errors.New("ratelimit: New: nil policy")
+	}
+	*c = config{
+		store:   store,
+		policy:  policy,
+		cost:    1,
+		timeout: DefaultTimeout,
+		style:   HeadersIETF,
+		breaker: breaker.Breaker{Threshold: DefaultCircuitFailures, Cooldown: int64(DefaultCircuitCooldown), Quiet: true},
+		logger:  slog.Default(),
+	}
+	for i, o := range opts {
+		if o == nil {
+			return fmt.Errorf("ratelimit: New: option %d is nil", i)
+		}
+		if o(c); c.err != nil {
+			return c.err
+		}
+	}
+	if c.costSet && c.costFn != nil {
+		return errors.New("ratelimit: WithCost and WithCostFunc are exclusive")
+	}
+	if c.cost > policy.MaxCost() {
+		return fmt.Errorf("ratelimit: WithCost(%d): above the capacity %d of policy %q, every request would be denied",
+			c.cost, policy.MaxCost(), policy.Name())
+	}
+	if c.fallback != nil && sameStore(c.fallback, store) {
+		return errors.New("ratelimit: WithFallback: the fallback is the store itself")
+	}
+	if c.ids == nil {
+		id, err := ByIP()
+		if err != nil {
+			return fmt.Errorf("ratelimit: default identifier: %w", err)
+		}
+		c.ids = []Identifier{id}
+	}
+	if c.denied == nil {
+		c.denied = DeniedHandler
+		if isNil(c.denied) {
+			return errors.New("ratelimit: New: DeniedHandler is nil; set one with WithDeniedHandler")
+		}
+	}
+	if c.refundIf != nil {
+		if _, ok := store.(Refunder); !ok {
+			return fmt.Errorf("ratelimit: WithRefundIf: the store (%T) cannot refund: %w", store, errors.ErrUnsupported)
+		}
+	}
+	return nil
 }
 
 // WithIdentifiers sets who a request is limited as; it replaces the
@@ -164,13 +151,7 @@ func WithIdentifiers(ids ...Identifier) Option {
 // When fn returns nil, the policy given to New applies. fn must be safe
 // for concurrent use; it runs once per request, after the identifiers.
 func WithPolicyFunc(fn func(r *http.Request) *Policy) Option {
-	return func(c *config) {
-		if fn == nil {
-			c.fail("WithPolicyFunc: nil function")
-			return
-		}
-		c.policyFn = fn
-	}
+	return required("WithPolicyFunc", "function", fn, func(c *config) { c.policyFn = fn })
 }
 
 // WithCost sets the cost of every request, in units of Limit.Rate. The
@@ -195,13 +176,7 @@ func WithCost(n int64) Option {
 // always denied, without Retry-After. fn must be safe for concurrent use.
 // WithCost and WithCostFunc are exclusive.
 func WithCostFunc(fn func(r *http.Request) int64) Option {
-	return func(c *config) {
-		if fn == nil {
-			c.fail("WithCostFunc: nil function")
-			return
-		}
-		c.costFn = fn
-	}
+	return required("WithCostFunc", "function", fn, func(c *config) { c.costFn = fn })
 }
 
 // WithFailureMode sets what happens when no store can decide; the default
@@ -226,13 +201,7 @@ func WithFailureMode(m FailureMode) Option {
 // still goes to the error hook and the log. s must not be nil nor the
 // store given to New.
 func WithFallback(s Store) Option {
-	return func(c *config) {
-		if isNil(s) {
-			c.fail("WithFallback: nil store")
-			return
-		}
-		c.fallback = s
-	}
+	return required("WithFallback", "store", s, func(c *config) { c.fallback = s })
 }
 
 // WithTimeout sets how long each store call may take (DefaultTimeout
@@ -260,13 +229,7 @@ func WithTimeout(d time.Duration) Option {
 // capacity of its policy (ErrCostOverCapacity). fn runs on the request's
 // goroutine and must be safe for concurrent use.
 func WithErrorHook(fn func(r *http.Request, err error)) Option {
-	return func(c *config) {
-		if fn == nil {
-			c.fail("WithErrorHook: nil function")
-			return
-		}
-		c.errHook = fn
-	}
+	return required("WithErrorHook", "function", fn, func(c *config) { c.errHook = fn })
 }
 
 // WithLogger sets where store errors are logged; the default is
@@ -276,13 +239,7 @@ func WithErrorHook(fn func(r *http.Request, err error)) Option {
 // previous one (requests the open circuit answered included). Keys are
 // never logged.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l == nil {
-			c.fail("WithLogger: nil logger")
-			return
-		}
-		c.logger = l
-	}
+	return required("WithLogger", "logger", l, func(c *config) { c.logger = l })
 }
 
 // WithDeniedHandler sets the handler that answers a denied request; the
@@ -292,13 +249,7 @@ func WithLogger(l *slog.Logger) Option {
 // unless the handler writes another status itself: a handler that writes
 // only a body, or nothing, answers 429 all the same.
 func WithDeniedHandler(h http.Handler) Option {
-	return func(c *config) {
-		if isNil(h) {
-			c.fail("WithDeniedHandler: nil handler")
-			return
-		}
-		c.denied = h
-	}
+	return required("WithDeniedHandler", "handler", h, func(c *config) { c.denied = h })
 }
 
 // WithDecisionHook sets a function that sees every decision: allowed,
@@ -310,13 +261,7 @@ func WithDeniedHandler(h http.Handler) Option {
 // request's goroutine and must be safe for concurrent use. For several
 // subscribers, and store latency and circuit state, see WithObserver.
 func WithDecisionHook(fn func(r *http.Request, res Result)) Option {
-	return func(c *config) {
-		if fn == nil {
-			c.fail("WithDecisionHook: nil function")
-			return
-		}
-		c.decHook = fn
-	}
+	return required("WithDecisionHook", "function", fn, func(c *config) { c.decHook = fn })
 }
 
 // WithDryRun makes Handler count and report but never block: a request
@@ -404,13 +349,7 @@ func WithIdempotencyKey(header string) Option {
 // from the handler. fn must be safe for concurrent use; the store must be
 // a Refunder (the memory and Redis stores are), or New fails.
 func WithRefundIf(fn func(r *http.Request, status int) bool) Option {
-	return func(c *config) {
-		if fn == nil {
-			c.fail("WithRefundIf: nil function")
-			return
-		}
-		c.refundIf = fn
-	}
+	return required("WithRefundIf", "function", fn, func(c *config) { c.refundIf = fn })
 }
 
 // WithSkip exempts the requests fn reports true for: they are served
@@ -418,109 +357,62 @@ func WithRefundIf(fn func(r *http.Request, status int) bool) Option {
 // applied. For health checks and internal networks (see ClientIn). fn must
 // be safe for concurrent use.
 func WithSkip(fn func(r *http.Request) bool) Option {
+	return required("WithSkip", "function", fn, func(c *config) { c.skip = fn })
+}
+
+// Defaults of WithCircuitBreaker.
+const (
+	DefaultCircuitFailures = 5
+	DefaultCircuitCooldown = time.Second
+)
+
+// WithCircuitBreaker makes the Limiter stop asking a store that keeps
+// failing, so an outage does not cost every request the whole timeout:
+// after failures consecutive store errors (timeouts included; requests
+// whose client went away do not count) spanning at least cooldown (or at
+// once, if the store has never answered), the circuit opens and requests
+// go straight to the fallback store or the failure mode, without waiting.
+//
+// The time condition keeps a partial outage from stopping all limiting:
+// in a Redis Cluster with one master down, the requests of identities on
+// that master fail (each within the timeout, then fallback or failure
+// mode) while the other masters keep answering, so the circuit stays
+// closed and those identities keep being limited.
+// After cooldown, one request probes the store with the normal timeout:
+// if it answers, the circuit closes and limiting resumes; if not, the
+// circuit stays open for another cooldown. The default is
+// DefaultCircuitFailures (5) and DefaultCircuitCooldown (1s); failures 0
+// turns the breaker off. A negative count or a non-positive cooldown with
+// failures > 0 makes New fail.
+func WithCircuitBreaker(failures int, cooldown time.Duration) Option {
 	return func(c *config) {
-		if fn == nil {
-			c.fail("WithSkip: nil function")
+		if failures < 0 || failures > 0 && cooldown <= 0 {
+			c.fail("WithCircuitBreaker(%d, %s): want failures ≥ 0 and, when > 0, a positive cooldown", failures, cooldown)
 			return
 		}
-		c.skip = fn
+		c.breaker = breaker.Breaker{Threshold: int64(failures), Cooldown: int64(cooldown), Quiet: true}
 	}
 }
 
-// New returns a Limiter that counts requests against policy in store.
-// Every option is checked here, so a Limiter that New returns does not
-// fail on configuration at request time: New returns an error, prefixed
-// "ratelimit: ", for a nil store, policy or option, a nil function or
-// handler given to an option, a negative cost or one above the policy's
-// capacity, both WithCost and WithCostFunc, a non-positive timeout, a
-// fallback that is nil or the store itself, an unknown failure mode or
-// header style, and when ByIP (the default identifier) fails.
-func New(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
-	if isNil(store) {
-		return nil, errors.New("ratelimit: New: nil store")
-	}
-	if policy == nil {
-		return nil, errors.New("ratelimit: New: nil policy")
-	}
-	l := &Limiter{config: config{
-		store:   store,
-		policy:  policy,
-		cost:    1,
-		timeout: DefaultTimeout,
-		style:   HeadersIETF,
-	}}
-	for i, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("ratelimit: New: option %d is nil", i)
-		}
-		o(&l.config)
-		if l.err != nil {
-			return nil, l.err
-		}
-	}
-	c := &l.config
-	if !c.breakerSet {
-		c.breaker = breaker.Breaker{Threshold: DefaultCircuitFailures, Cooldown: int64(DefaultCircuitCooldown), Quiet: true}
-	}
-
-	if c.costSet && c.costFn != nil {
-		return nil, errors.New("ratelimit: WithCost and WithCostFunc are exclusive")
-	}
-	if c.cost > policy.MaxCost() {
-		return nil, fmt.Errorf("ratelimit: WithCost(%d): above the capacity %d of policy %q, every request would be denied",
-			c.cost, policy.MaxCost(), policy.Name())
-	}
-	if c.fallback != nil && sameStore(c.fallback, store) {
-		return nil, errors.New("ratelimit: WithFallback: the fallback is the store itself")
-	}
-	if c.ids == nil {
-		id, err := ByIP()
-		if err != nil {
-			return nil, fmt.Errorf("ratelimit: default identifier: %w", err)
-		}
-		c.ids = []Identifier{id}
-	}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
-	if c.denied == nil {
-		c.denied = DeniedHandler
-		if isNil(c.denied) {
-			return nil, errors.New("ratelimit: New: DeniedHandler is nil; set one with WithDeniedHandler")
-		}
-	}
-	if c.refundIf != nil {
-		if _, ok := store.(Refunder); !ok {
-			return nil, fmt.Errorf("ratelimit: WithRefundIf: the store (%T) cannot refund: %w", store, errors.ErrUnsupported)
-		}
-	}
-	l.sleep = sleep
-	l.setClock(time.Now)
-	return l, nil
+// WithObserver subscribes o to the Limiter's decisions, store calls and
+// circuit changes. It may be given several times: every observer gets
+// every event, in the order given, after the error and decision hooks.
+// o must not be nil.
+func WithObserver(o Observer) Option {
+	return required("WithObserver", "observer", o, func(c *config) { c.observers = append(c.observers, o) })
 }
 
-// sleep waits d, or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// required returns an Option that calls set, or makes New fail when v is
+// nil (see isNil): "name: nil what".
+func required(name, what string, v any, set func(*config)) Option {
+	return func(c *config) {
+		if isNil(v) {
+			c.fail("%s: nil %s", name, what)
+			return
+		}
+		set(c)
 	}
 }
-
-// setClock sets the clock of the log throttle and restarts it.
-func (l *Limiter) setClock(now func() time.Time) {
-	l.now = now
-	l.epoch = now()
-	l.lastLog.Store(-int64(logEvery)) // the first error is logged
-	l.suppressed.Store(0)
-}
-
-// sinceEpoch is the Limiter's monotonic clock, in nanoseconds.
-func (l *Limiter) sinceEpoch() int64 { return int64(l.now().Sub(l.epoch)) }
 
 // isNil reports whether v is nil, or a nil pointer or func in an interface:
 // a store or handler that would panic when called.

@@ -1,0 +1,176 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FormatPeriod writes d compactly: "1s", "1m", "1h", "1d", "500ms", "90s".
+func FormatPeriod(d time.Duration) string {
+	units := []struct {
+		d      time.Duration
+		suffix string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}, {time.Microsecond, "us"}}
+	for _, u := range units {
+		if d >= u.d && d%u.d == 0 {
+			return strconv.FormatInt(int64(d/u.d), 10) + u.suffix
+		}
+	}
+	return d.String()
+}
+
+// PolicyOption adjusts a policy built by ParsePolicy.
+type PolicyOption func(*policyConfig)
+
+type policyConfig struct {
+	name      string
+	algorithm Algorithm
+	precision int
+	burst     int64
+	block     time.Duration
+}
+
+// Named sets the policy's name (default DefaultPolicyName).
+func Named(name string) PolicyOption { return func(c *policyConfig) { c.name = name } }
+
+// BlockFor sets a penalty: once a request for a key is denied because a
+// limit has no room (not because its cost can never fit), the key stays
+// denied for d, under every limit of the policy: Retry-After and the
+// RateLimit header's t say so. The block is decided in the same store call
+// as the denial and lives with the key's counters, so it expires by itself;
+// a Reset of the key lifts it. A blocked request charges nothing. d must be
+// a whole number of microseconds up to MaxSpan; 0 (the default) means no
+// penalty. A block changes the policy's ID: the same limits with and
+// without a block never share counters.
+func BlockFor(d time.Duration) PolicyOption { return func(c *policyConfig) { c.block = d } }
+
+// WithAlgorithm sets the policy's algorithm (default SlidingWindow).
+func WithAlgorithm(a Algorithm) PolicyOption { return func(c *policyConfig) { c.algorithm = a } }
+
+// WithPrecision sets the sliding-window sub-buckets of every limit
+// (default: exact up to ExactRateMax, else DefaultPrecision).
+func WithPrecision(n int) PolicyOption { return func(c *policyConfig) { c.precision = n } }
+
+// WithBurst sets the token-bucket burst of every limit, in tokens (units
+// of cost). The default, 0, means each limit's Rate.
+func WithBurst(n int64) PolicyOption { return func(c *policyConfig) { c.burst = n } }
+
+// ParsePolicy parses a list of limits such as "10/s, 120/m, 240/h",
+// "10/second;120/minute" or "1000/24h". Limits are separated by commas or
+// semicolons; each is RATE/PERIOD, where PERIOD is a unit (ms, s, sec,
+// second, m, min, minute, h, hr, hour, d, day, each optionally plural) with
+// an optional leading count ("15m", "24h"), or a Go duration ("1m30s").
+// Errors name the offending limit and its position.
+func ParsePolicy(s string, opts ...PolicyOption) (*Policy, error) {
+	var c policyConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	if len(s) > 4096 {
+		return nil, fmt.Errorf("ratelimit: parse policy: %d bytes is too long", len(s))
+	}
+	var parts []string
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ';' }) {
+		if strings.TrimSpace(part) != "" {
+			parts = append(parts, part) // blank parts ("10/s, ") are skipped
+		}
+	}
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("ratelimit: parse policy %q: no limits", s)
+	}
+	limits := make([]Limit, 0, len(parts))
+	for i, part := range parts {
+		l, err := parseLimit(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("ratelimit: parse policy %q: limit %d %q: %w", s, i+1, strings.TrimSpace(part), err)
+		}
+		if c.algorithm == SlidingWindow {
+			l.Precision = c.precision
+		}
+		if c.algorithm == TokenBucket {
+			l.Burst = c.burst
+		}
+		limits = append(limits, l)
+	}
+	p, err := newPolicy(c.name, c.algorithm, limits, c.block)
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: parse policy %q: %w", s, err)
+	}
+	return p, nil
+}
+
+// MustParsePolicy is like ParsePolicy but panics on error. Use it for
+// policies written in the program, never for input.
+func MustParsePolicy(s string, opts ...PolicyOption) *Policy {
+	p, err := ParsePolicy(s, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+var unitNames = map[string]time.Duration{
+	"us": time.Microsecond, "µs": time.Microsecond,
+	"ms": time.Millisecond, "msec": time.Millisecond, "millisecond": time.Millisecond,
+	"s": time.Second, "sec": time.Second, "second": time.Second,
+	"m": time.Minute, "min": time.Minute, "minute": time.Minute,
+	"h": time.Hour, "hr": time.Hour, "hour": time.Hour,
+	"d": 24 * time.Hour, "day": 24 * time.Hour,
+}
+
+func parseLimit(s string) (Limit, error) {
+	rateText, periodText, ok := strings.Cut(s, "/")
+	if !ok {
+		return Limit{}, errors.New(`want RATE/PERIOD, e.g. "10/s"`)
+	}
+	rateText, periodText = strings.TrimSpace(rateText), strings.TrimSpace(periodText)
+	rate, err := strconv.ParseInt(rateText, 10, 64)
+	if err != nil || rate < 1 {
+		return Limit{}, fmt.Errorf("rate %q is not a positive whole number", rateText)
+	}
+	if rate > MaxRate {
+		return Limit{}, fmt.Errorf("rate %d is above the maximum %d", rate, MaxRate)
+	}
+	period, err := parsePeriod(periodText)
+	if err != nil {
+		return Limit{}, err
+	}
+	return Limit{Rate: rate, Period: period}, nil
+}
+
+func parsePeriod(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New("missing period")
+	}
+	// Split a leading count from the unit: "15m", "24h", "2 hours".
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	count := int64(1)
+	if i > 0 {
+		n, err := strconv.ParseInt(s[:i], 10, 64)
+		if err != nil || n < 1 || n > 1_000_000 {
+			return 0, fmt.Errorf("period count %q is not a whole number from 1 to 1000000", s[:i])
+		}
+		count = n
+	}
+	unit := strings.ToLower(strings.TrimSpace(s[i:]))
+	d, ok := unitNames[unit]
+	if !ok && len(unit) > 1 && strings.HasSuffix(unit, "s") {
+		d, ok = unitNames[strings.TrimSuffix(unit, "s")]
+	}
+	if ok {
+		if count > int64(MaxPeriod/d) {
+			return 0, fmt.Errorf("period %q is longer than the maximum %s", s, MaxPeriod)
+		}
+		return time.Duration(count) * d, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("period %q: unknown unit (want ms, s, m, h, d, or a duration like 1m30s)", s)
+}
