@@ -7,15 +7,15 @@ import (
 	"unicode/utf8"
 )
 
-// ProblemType is the "type" of the problem documents DeniedHandler writes:
-// a URI naming this kind of problem and documenting its extension members
-// (limit, quota, window, identifier, retry_after).
+// ProblemType is the "type" of the problem documents DefaultDeniedHandler
+// writes: a URI naming this kind of problem and documenting its extension
+// members (limit, quota, window, identifier, retry_after).
 const ProblemType = "https://github.com/ratelimitkit/ratelimit#rate-limited"
 
-// Problem is the RFC 9457 problem document DeniedHandler writes, as JSON
-// with the member names in the struct tags. Custom denied handlers can
-// build one with NewProblem, adjust it and encode it with encoding/json;
-// clients can decode a 429 body into it.
+// Problem is the RFC 9457 problem document DefaultDeniedHandler writes, as
+// JSON with the member names in the struct tags. Custom denied handlers
+// can build one with NewProblem, adjust it and encode it with
+// encoding/json; clients can decode a 429 body into it.
 type Problem struct {
 	// Type is ProblemType.
 	Type string `json:"type"`
@@ -50,9 +50,10 @@ type Problem struct {
 	RetryAfter int64 `json:"retry_after,omitempty"`
 }
 
-// NewProblem returns the problem document describing res, as DeniedHandler
-// writes it. It accepts any Result: members it cannot fill (no Policy, a
-// Decision.Limit out of range) are left out. Err's text is never included.
+// NewProblem returns the problem document describing res, as
+// DefaultDeniedHandler writes it. It accepts any Result: members it cannot
+// fill (no Policy, a Decision.Limit out of range) are left out. Err's text
+// is never included.
 func NewProblem(res Result) Problem {
 	pb := Problem{Type: ProblemType, Title: "Too Many Requests", Status: http.StatusTooManyRequests}
 	d := res.Decision
@@ -128,18 +129,21 @@ func writeLimit(b *strings.Builder, l *Limit, tokenBucket bool) {
 	b.WriteByte(')')
 }
 
-// DeniedHandler is the default handler for denied requests. It answers 429
-// Too Many Requests with Content-Type application/problem+json and an RFC
-// 9457 problem document (see Problem and NewProblem) naming the violated
-// limit and when to retry, built from the Result in the request's context.
-// Without a Result it still answers a valid 429 problem document, with a
-// generic detail and no limit members.
+// DefaultDeniedHandler returns the handler that answers denied requests
+// unless WithDeniedHandler replaces it; a replacement may call it too. It
+// answers 429 Too Many Requests with Content-Type application/problem+json
+// and an RFC 9457 problem document (see Problem and NewProblem) naming the
+// violated limit and when to retry, built from the Result in the request's
+// context. Without a Result it still answers a valid 429 problem document,
+// with a generic detail and no limit members.
 //
 // It sets Cache-Control: no-store and X-Content-Type-Options: nosniff. It
 // does not set the rate-limit headers or Retry-After: the Limiter writes
 // them (SetHeaders, SetRetryAfter) before calling it, so a replacement
 // handler need not either.
-var DeniedHandler http.Handler = http.HandlerFunc(serveDenied)
+func DefaultDeniedHandler() http.Handler { return deniedHandler }
+
+var deniedHandler http.Handler = http.HandlerFunc(serveDenied)
 
 func serveDenied(w http.ResponseWriter, r *http.Request) {
 	var pb Problem

@@ -23,7 +23,7 @@ func TestDeniedBodyEndsWithNewline(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			DeniedHandler.ServeHTTP(rec, req)
+			DefaultDeniedHandler().ServeHTTP(rec, req)
 			body := rec.Body.Bytes()
 			if !bytes.HasSuffix(body, []byte("}\n")) || bytes.Count(body, []byte("\n")) != 1 {
 				t.Fatalf("body %q: want one JSON object and a single final newline", body)

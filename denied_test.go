@@ -66,7 +66,7 @@ func wantProblem(detail string, extra map[string]any) map[string]any {
 	return m
 }
 
-func TestDeniedHandler(t *testing.T) {
+func TestDefaultDeniedHandler(t *testing.T) {
 	p3 := MustParsePolicy("10/s, 120/m, 240/h")
 	bucket := policyOf(t, "tb", TokenBucket, Limit{Rate: 10, Period: time.Second, Burst: 25})
 	sub := MustParsePolicy("3/1500ms", Named("sub"))
@@ -170,7 +170,7 @@ func TestDeniedHandler(t *testing.T) {
 				req = req.WithContext(NewContext(req.Context(), *tc.res))
 			}
 			rec := httptest.NewRecorder()
-			DeniedHandler.ServeHTTP(rec, req)
+			DefaultDeniedHandler().ServeHTTP(rec, req)
 			for _, check := range append(common, tc.checks...) {
 				check(t, rec)
 			}

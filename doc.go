@@ -58,7 +58,8 @@
 // edge), [TokenBucket] (GCRA; a smooth rate with an explicit burst) and
 // [SlidingWindowApprox] (two counters; under 2× Rate in any window). Each
 // Algorithm's documentation states its guarantee. [BlockFor] adds a
-// penalty after a denial.
+// penalty after a denial; [Policy.With] copies a built policy under
+// another name or penalty.
 //
 // # Stores
 //
@@ -72,7 +73,7 @@
 //
 // [WithHeaders] chooses the header styles ([HeadersIETF] by default);
 // [SetHeaders] and [SetRetryAfter] write them for your own handlers.
-// [DeniedHandler] writes the 429 problem document ([Problem],
+// [DefaultDeniedHandler] writes the 429 problem document ([Problem],
 // [NewProblem]); replace it with [WithDeniedHandler]. Handlers behind the
 // middleware read the decision with [FromContext], and every decision of
 // stacked Limiters with [AllFromContext].
@@ -85,8 +86,7 @@
 // ([WithCircuitBreaker]) stops asking a store that keeps failing. A client
 // that goes away does not cut a decision short. Observers ([WithObserver];
 // the metrics modules) see every decision, store call and circuit change.
-// Errors
-// go to [WithErrorHook] and, throttled, to [WithLogger]; the Redis store's
-// errors name their cause (a refused connection behind a timeout), and
-// its Ping method checks the servers at startup.
+// Errors go to [WithErrorHook] and, throttled, to [WithLogger]; the Redis
+// store's errors name their cause (a refused connection behind a timeout),
+// and its Ping method checks the servers at startup.
 package ratelimit

@@ -38,9 +38,10 @@ func ExampleSetHeaders() {
 	// Retry-After: 2
 }
 
-// DeniedHandler reads the Result the Limiter put in the request's context.
-// Here the context is built by hand, as a custom stack or a test would.
-func ExampleDeniedHandler() {
+// The default denied handler reads the Result the Limiter put in the
+// request's context. Here the context is built by hand, as a custom stack
+// or a test would.
+func ExampleDefaultDeniedHandler() {
 	res := ratelimit.Result{
 		Policy: ratelimit.MustParsePolicy("10/s, 120/m"),
 		Keys:   []string{"ip:203.0.113.7"},
@@ -55,7 +56,7 @@ func ExampleDeniedHandler() {
 	req = req.WithContext(ratelimit.NewContext(req.Context(), res))
 	rec := httptest.NewRecorder()
 
-	ratelimit.DeniedHandler.ServeHTTP(rec, req)
+	ratelimit.DefaultDeniedHandler().ServeHTTP(rec, req)
 	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
 	fmt.Print(rec.Body.String()) // the body ends with a newline
 	// Output:

@@ -82,7 +82,7 @@ func TestLimiterNewAccepts(t *testing.T) {
 		ratelimit.WithTimeout(time.Nanosecond),
 		ratelimit.WithErrorHook(func(*http.Request, error) {}),
 		ratelimit.WithLogger(discardLogger),
-		ratelimit.WithDeniedHandler(ratelimit.DeniedHandler),
+		ratelimit.WithDeniedHandler(ratelimit.DefaultDeniedHandler()),
 		ratelimit.WithDecisionHook(func(*http.Request, ratelimit.Result) {}),
 		ratelimit.WithDryRun(true),
 		ratelimit.WithHeaders(ratelimit.HeadersNone),

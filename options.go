@@ -72,6 +72,7 @@ func (c *config) init(store Store, policy *Policy, opts []Option) error {
 		style:   HeadersIETF,
 		breaker: breaker.Breaker{Threshold: DefaultCircuitFailures, Cooldown: int64(DefaultCircuitCooldown), Quiet: true},
 		logger:  slog.Default(),
+		denied:  deniedHandler,
 	}
 	for i, o := range opts {
 		if o == nil {
@@ -97,12 +98,6 @@ func (c *config) init(store Store, policy *Policy, opts []Option) error {
 			return fmt.Errorf("ratelimit: default identifier: %w", err)
 		}
 		c.ids = []Identifier{id}
-	}
-	if c.denied == nil {
-		c.denied = DeniedHandler
-		if isNil(c.denied) {
-			return errors.New("ratelimit: New: DeniedHandler is nil; set one with WithDeniedHandler")
-		}
 	}
 	if c.refundIf != nil {
 		if _, ok := store.(Refunder); !ok {
@@ -243,7 +238,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithDeniedHandler sets the handler that answers a denied request; the
-// default is DeniedHandler. It finds the Result in r.Context() (see
+// default is DefaultDeniedHandler(). It finds the Result in r.Context() (see
 // FromContext). When it runs, the rate-limit headers, Retry-After and
 // "Cache-Control: no-store" are already set on w. The response is a 429
 // unless the handler writes another status itself: a handler that writes

@@ -22,7 +22,8 @@ func FormatPeriod(d time.Duration) string {
 	return d.String()
 }
 
-// PolicyOption adjusts a policy built by ParsePolicy.
+// PolicyOption adjusts a policy built by ParsePolicy. Named and BlockFor
+// also adjust a copy of a built policy (Policy.With).
 type PolicyOption func(*policyConfig)
 
 type policyConfig struct {
@@ -31,10 +32,35 @@ type policyConfig struct {
 	precision int
 	burst     int64
 	block     time.Duration
+	set       policyFields // the options given
+}
+
+// policyFields names the fields of a policyConfig an option sets.
+type policyFields uint8
+
+const (
+	setName policyFields = 1 << iota
+	setBlock
+	setAlgorithm
+	setPrecision
+	setBurst
+)
+
+// apply applies opts in order; a nil option is an error.
+func (c *policyConfig) apply(fn string, opts []PolicyOption) error {
+	for i, o := range opts {
+		if o == nil {
+			return fmt.Errorf("ratelimit: %s: option %d is nil", fn, i)
+		}
+		o(c)
+	}
+	return nil
 }
 
 // Named sets the policy's name (default DefaultPolicyName).
-func Named(name string) PolicyOption { return func(c *policyConfig) { c.name = name } }
+func Named(name string) PolicyOption {
+	return func(c *policyConfig) { c.name, c.set = name, c.set|setName }
+}
 
 // BlockFor sets a penalty: once a request for a key is denied because a
 // limit has no room (not because its cost can never fit), the key stays
@@ -44,19 +70,28 @@ func Named(name string) PolicyOption { return func(c *policyConfig) { c.name = n
 // a Reset of the key lifts it. A blocked request charges nothing. d must be
 // a whole number of microseconds up to MaxSpan; 0 (the default) means no
 // penalty. A block changes the policy's ID: the same limits with and
-// without a block never share counters.
-func BlockFor(d time.Duration) PolicyOption { return func(c *policyConfig) { c.block = d } }
+// without a block never share counters. For a policy built with
+// NewPolicy, use p.With(BlockFor(d)).
+func BlockFor(d time.Duration) PolicyOption {
+	return func(c *policyConfig) { c.block, c.set = d, c.set|setBlock }
+}
 
 // WithAlgorithm sets the policy's algorithm (default SlidingWindow).
-func WithAlgorithm(a Algorithm) PolicyOption { return func(c *policyConfig) { c.algorithm = a } }
+func WithAlgorithm(a Algorithm) PolicyOption {
+	return func(c *policyConfig) { c.algorithm, c.set = a, c.set|setAlgorithm }
+}
 
 // WithPrecision sets the sliding-window sub-buckets of every limit
 // (default: exact up to ExactRateMax, else DefaultPrecision).
-func WithPrecision(n int) PolicyOption { return func(c *policyConfig) { c.precision = n } }
+func WithPrecision(n int) PolicyOption {
+	return func(c *policyConfig) { c.precision, c.set = n, c.set|setPrecision }
+}
 
 // WithBurst sets the token-bucket burst of every limit, in tokens (units
 // of cost). The default, 0, means each limit's Rate.
-func WithBurst(n int64) PolicyOption { return func(c *policyConfig) { c.burst = n } }
+func WithBurst(n int64) PolicyOption {
+	return func(c *policyConfig) { c.burst, c.set = n, c.set|setBurst }
+}
 
 // ParsePolicy parses a list of limits such as "10/s, 120/m, 240/h",
 // "10/second;120/minute" or "1000/24h". Limits are separated by commas or
@@ -66,8 +101,8 @@ func WithBurst(n int64) PolicyOption { return func(c *policyConfig) { c.burst = 
 // Errors name the offending limit and its position.
 func ParsePolicy(s string, opts ...PolicyOption) (*Policy, error) {
 	var c policyConfig
-	for _, o := range opts {
-		o(&c)
+	if err := c.apply("ParsePolicy", opts); err != nil {
+		return nil, err
 	}
 	if len(s) > 4096 {
 		return nil, fmt.Errorf("ratelimit: parse policy: %d bytes is too long", len(s))

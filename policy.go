@@ -144,15 +144,16 @@ type Limit struct {
 	// Period is the length of the window. It must be in [MinPeriod,
 	// MaxPeriod] and a whole number of microseconds.
 	Period time.Duration
-	// Precision is the number of sub-buckets of a SlidingWindow limit
-	// (ignored by the other algorithms). 0 means: counted exactly when Rate
-	// ≤ ExactRateMax (Precision stays 0), else DefaultPrecision. Period must
-	// divide into Precision sub-buckets of a whole number of microseconds,
-	// each at least 1ms long; when the default does not fit a short period,
-	// the largest precision ≤ DefaultPrecision that fits is used.
+	// Precision is the number of sub-buckets of a SlidingWindow limit, at
+	// most MaxPrecision; the other algorithms want 0. 0 means: counted
+	// exactly when Rate ≤ ExactRateMax (Precision stays 0), else
+	// DefaultPrecision. Period must divide into Precision sub-buckets of a
+	// whole number of microseconds, each at least 1ms long; when the default
+	// does not fit a short period, the largest precision ≤ DefaultPrecision
+	// that fits is used.
 	Precision int
-	// Burst is the token bucket's capacity (ignored by the other
-	// algorithms). 0 means Burst = Rate.
+	// Burst is the token bucket's capacity, at most MaxRate; the other
+	// algorithms want 0. 0 means Burst = Rate.
 	Burst int64
 	// Name labels the limit in the RateLimit headers. Empty means the
 	// policy's name and the period, e.g. "default-1m".
@@ -174,11 +175,13 @@ func PerDay(rate int64) Limit { return Limit{Rate: rate, Period: 24 * time.Hour}
 // Policy is a named set of limits counted with one Algorithm. A request is
 // admitted only if every limit has room for its cost. Build one with
 // NewPolicy or ParsePolicy; a Policy is immutable and safe for concurrent
-// use, so build it once and share it.
+// use, so build it once and share it; With copies it under another name
+// or penalty.
 type Policy struct {
 	name      string
 	algorithm Algorithm
-	limits    []Limit
+	limits    []Limit       // with defaults filled in
+	given     []Limit       // as given to newPolicy, for With
 	block     time.Duration // BlockFor; 0: none
 	// id identifies the policy's counters in a store: its name and a
 	// fingerprint of its algorithm and limits, so that a changed definition
@@ -196,7 +199,7 @@ const DefaultPolicyName = "default"
 // NewPolicy validates limits and returns a Policy. name labels the policy in
 // headers and store keys: 1 to 64 characters from [A-Za-z0-9_.-]; empty
 // means DefaultPolicyName. Errors say which limit is wrong and why. For a
-// penalty after a denial, see Policy.WithBlockFor.
+// penalty after a denial, use p.With(BlockFor(d)).
 func NewPolicy(name string, alg Algorithm, limits ...Limit) (*Policy, error) {
 	p, err := newPolicy(name, alg, limits, 0)
 	if err != nil {
@@ -226,6 +229,7 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 	}
 	p := &Policy{name: name, algorithm: alg, limits: make([]Limit, len(limits)), block: block}
 	copy(p.limits, limits)
+	p.given = append([]Limit(nil), limits...)
 	seen := make(map[time.Duration]int, len(limits))
 	names := make(map[string]int, len(limits))
 	// The fingerprint covers everything that decides how counters are laid
@@ -410,30 +414,34 @@ func (p *Policy) BlockFor() time.Duration { return p.block }
 // bucket, which can record an admission in the future.
 func (p *Policy) Reserves() bool { return p.layout.Reserves }
 
-// WithBlockFor returns a copy of p with a penalty of d (see the BlockFor
-// policy option), for policies built with NewPolicy. The copy has its own
-// ID, so it does not share counters with p. d must be 0 (none) or a whole
-// number of microseconds up to MaxSpan.
-func (p *Policy) WithBlockFor(d time.Duration) (*Policy, error) {
-	q, err := newPolicy(p.name, p.algorithm, p.originalLimits(), d)
+// With returns a copy of p with opts applied, as ParsePolicy applies them:
+// Named gives the copy another name (limits named by default take the new
+// name: "api-1m" becomes "login-1m"; limits named in their Limit keep
+// theirs), BlockFor another penalty. The copy's ID follows its
+// definition: it differs from p's, so the two never share counters,
+// unless the options give back p's own name and penalty. The options that
+// change how the limits are counted (WithAlgorithm, WithPrecision,
+// WithBurst) apply only when a policy is built: With returns an error for
+// them, as for a nil option or an invalid value.
+func (p *Policy) With(opts ...PolicyOption) (*Policy, error) {
+	if p == nil {
+		return nil, errors.New("ratelimit: Policy.With: nil policy")
+	}
+	c := policyConfig{name: p.name, block: p.block}
+	if err := c.apply("Policy.With", opts); err != nil {
+		return nil, err
+	}
+	for _, o := range [...]struct {
+		set  policyFields
+		name string
+	}{{setAlgorithm, "WithAlgorithm"}, {setPrecision, "WithPrecision"}, {setBurst, "WithBurst"}} {
+		if c.set&o.set != 0 {
+			return nil, fmt.Errorf("ratelimit: Policy.With: %s changes how the limits are counted: build another policy with NewPolicy or ParsePolicy", o.name)
+		}
+	}
+	q, err := newPolicy(c.name, p.algorithm, p.given, c.block)
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: %w", err)
 	}
 	return q, nil
-}
-
-// originalLimits returns the limits as NewPolicy would take them back: the
-// defaults filled in are accepted as given (a Precision NewPolicy chose is
-// the one it would choose again; an exact limit keeps Precision 0).
-func (p *Policy) originalLimits() []Limit {
-	out := p.Limits()
-	for i := range out {
-		if p.algorithm != SlidingWindow {
-			out[i].Precision = 0
-		}
-		if p.algorithm != TokenBucket {
-			out[i].Burst = 0
-		}
-	}
-	return out
 }

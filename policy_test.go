@@ -208,8 +208,8 @@ func TestPolicyIDs(t *testing.T) {
 	add("100/m, 5/s", MustParsePolicy("100/m, 5/s", Named("api")))
 }
 
-// TestBlockForOption: BlockFor is validated and kept; WithBlockFor copies a
-// policy with a penalty and its own ID.
+// TestBlockForOption: BlockFor is validated and kept; With(BlockFor(d))
+// copies a policy with a penalty and its own ID.
 func TestBlockForOption(t *testing.T) {
 	p := MustParsePolicy("5/15m", BlockFor(time.Hour), Named("login"))
 	if p.BlockFor() != time.Hour || p.TTL() < time.Hour {
@@ -221,12 +221,12 @@ func TestBlockForOption(t *testing.T) {
 		}
 	}
 	base := MustParsePolicy("10/s, 120/m", Named("x"))
-	q, err := base.WithBlockFor(time.Minute)
+	q, err := base.With(BlockFor(time.Minute))
 	if err != nil || q.BlockFor() != time.Minute || q.ID() == base.ID() || q.String() != base.String() {
-		t.Fatalf("WithBlockFor: %v %v, ids %q %q", q, err, q.ID(), base.ID())
+		t.Fatalf("With(BlockFor): %v %v, ids %q %q", q, err, q.ID(), base.ID())
 	}
-	if back, _ := q.WithBlockFor(0); back.ID() != base.ID() {
-		t.Fatalf("WithBlockFor(0) gives ID %q, want the original %q", back.ID(), base.ID())
+	if back, _ := q.With(BlockFor(0)); back.ID() != base.ID() {
+		t.Fatalf("With(BlockFor(0)) gives ID %q, want the original %q", back.ID(), base.ID())
 	}
 }
 

@@ -184,8 +184,9 @@ type Resetter interface {
 // Refunder is implemented by stores that can undo a charge.
 type Refunder interface {
 	// Refund takes back what the charge of r still counts, exactly: never
-	// below zero, never another charge's units. It does not Claim r: the
-	// caller decides whether the refund may happen (Limiter.Refund claims).
+	// below zero, never another charge's units. It refunds whenever asked:
+	// the caller sees to it that a charge is refunded once (Limiter.Refund
+	// does).
 	Refund(ctx context.Context, r Receipt) error
 }
 
