@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -206,5 +207,94 @@ func TestInvalidRequestNotAnOutage(t *testing.T) {
 	}
 	if d, err := lim.Allow(context.Background(), keys...); err == nil || d.Allowed || st.calls.Load() != 10 {
 		t.Fatalf("AllowN with %d keys: %+v, %v; want an error before the store", len(keys), d, err)
+	}
+}
+
+// servePanics serves r through h and reports whether the handler panicked
+// (as net/http would see it).
+func servePanics(h http.Handler, r *http.Request) (code int, panicked bool) {
+	w := httptest.NewRecorder()
+	func() {
+		defer func() { panicked = recover() != nil }()
+		h.ServeHTTP(w, r)
+	}()
+	return w.Code, panicked
+}
+
+// TestCircuitSurvivesPanics: when the store or the error hook panics during
+// the circuit's half-open probe, the panic reaches net/http and the probe
+// is released: after the next cooldown the store is asked again (before
+// the fix, the breaker stayed "probing" for the life of the process:
+// FailClosed a permanent outage, FailOpen permanently unlimited).
+func TestCircuitSurvivesPanics(t *testing.T) {
+	for _, culprit := range []string{"store", "error hook"} {
+		t.Run(culprit, func(t *testing.T) {
+			clk := newTestClock()
+			s := &panicStore{mem: store.NewMemory(store.WithClock(clk.Now))}
+			s.down.Store(true)
+			var hookPanics atomic.Bool
+			lim := newLimiter(t, s, ratelimit.MustParsePolicy("100/h"),
+				ratelimit.WithCircuitBreaker(2, time.Second), ratelimit.WithFailureMode(ratelimit.FailClosed),
+				ratelimit.WithLogger(discardLogger),
+				ratelimit.WithErrorHook(func(*http.Request, error) {
+					if hookPanics.Load() {
+						panic("hook exploded") // a WithLabelValues with the wrong label count, say
+					}
+				}))
+			ratelimit.SetLogClock(lim, clk.Now)
+			h := lim.Handler(okHandler)
+			for i := 0; i < 2; i++ { // two failures open the circuit
+				servePanics(h, getFrom(ipA))
+			}
+			if code, _ := servePanics(h, getFrom(ipA)); code != http.StatusServiceUnavailable || s.calls.Load() != 2 {
+				t.Fatalf("circuit open: status %d after %d store calls, want 503 after 2", code, s.calls.Load())
+			}
+			for cooldown := 1; cooldown <= 20; cooldown++ {
+				clk.Advance(time.Second)
+				if culprit == "store" {
+					s.panics.Store(true)
+				} else {
+					hookPanics.Store(true)
+				}
+				if _, panicked := servePanics(h, getFrom(ipA)); !panicked {
+					t.Fatalf("cooldown %d: the probe's panic did not reach net/http", cooldown)
+				}
+				s.panics.Store(false)
+				hookPanics.Store(false)
+			}
+			// The store recovers: the next probe reaches it and closes the circuit.
+			s.down.Store(false)
+			before := s.calls.Load()
+			clk.Advance(time.Second)
+			if code, _ := servePanics(h, getFrom(ipA)); code != http.StatusOK || s.calls.Load() != before+1 {
+				t.Fatalf("after 20 panicking probes: status %d, %d store calls since; want 200 from the store: the circuit is wedged", code, s.calls.Load()-before)
+			}
+			if code, _ := servePanics(h, getFrom(ipA)); code != http.StatusOK || s.calls.Load() != before+2 {
+				t.Fatalf("circuit closed: status %d, want 200 from the store", code)
+			}
+		})
+	}
+}
+
+// TestCircuitOpenCountsSuppressed: requests the open circuit answers count
+// in the next error log's "suppressed".
+func TestCircuitOpenCountsSuppressed(t *testing.T) {
+	logs := &logRecorder{}
+	clk := newTestClock()
+	lim := newLimiter(t, &failStore{err: errBoom}, ratelimit.MustParsePolicy("2/m"), ratelimit.WithLogger(slog.New(logs)),
+		ratelimit.WithCircuitBreaker(1, time.Hour))
+	ratelimit.SetLogClock(lim, clk.Now)
+	h := lim.Handler(okHandler)
+	for i := 0; i < 10; i++ { // 1 store failure, then 9 answered by the open circuit
+		h.ServeHTTP(httptest.NewRecorder(), getFrom(ipA))
+	}
+	clk.Advance(2 * time.Second)
+	h.ServeHTTP(httptest.NewRecorder(), getFrom(ipA))
+	errs := logs.at(slog.LevelError)
+	if len(errs) != 2 {
+		t.Fatalf("%d error logs, want 2", len(errs))
+	}
+	if v, _ := attrOf(errs[1], "suppressed"); v.Int64() != 9 {
+		t.Fatalf("suppressed %v, want 9 (the circuit's answers)", v)
 	}
 }

@@ -1,223 +1,176 @@
-package ratelimit
+package ratelimit_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
-// hasProblem decodes the body as a JSON object and checks that its members
-// are exactly want (numbers as float64, as encoding/json decodes them into
-// any). It also checks that the body decodes into Problem without unknown
-// members.
-func hasProblem(want map[string]any) respCheck {
-	return func(t *testing.T, rec *httptest.ResponseRecorder) {
+func TestHandlerDenied(t *testing.T) {
+	st, clk := memoryStore()
+	var h hookRecorder
+	lim := newLimiter(t, st, ratelimit.MustParsePolicy("2/m, 3/h"), ratelimit.WithDecisionHook(h.onDecision))
+	srv := lim.Handler(okHandler)
+	retryAfterMatches := func(t *testing.T, w *httptest.ResponseRecorder) {
 		t.Helper()
-		body := rec.Body.Bytes()
-		if !json.Valid(body) {
-			t.Errorf("body is not valid JSON: %s", body)
-			return
+		want := http.Header{}
+		ratelimit.SetRetryAfter(want, h.last().Decision)
+		if got := w.Header().Get("Retry-After"); got != want.Get("Retry-After") || got == "" {
+			t.Errorf("Retry-After %q, want %q", got, want.Get("Retry-After"))
 		}
-		var got map[string]any
-		if err := json.Unmarshal(body, &got); err != nil {
-			t.Errorf("body %s: %v", body, err)
-			return
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("body = %s\nmembers %v\nwant    %v", body, got, want)
-		}
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		var pb Problem
-		if err := dec.Decode(&pb); err != nil {
-			t.Errorf("decode into Problem: %v", err)
-		}
+	}
+	deniedNow := append(slices.Clone(isDenied), headersMatch(&h, ratelimit.HeadersIETF), retryAfterMatches)
+	runSteps(t, srv, clk, []step{
+		{name: "1", req: getFrom(ipA), want: append(isAllowed, headersMatch(&h, ratelimit.HeadersIETF))},
+		{name: "2", req: getFrom(ipA), want: isAllowed},
+		{name: "minute limit", req: getFrom(ipA), want: deniedNow},
+	})
+
+	// Advancing the clock by exactly the Decision's RetryAfter lets the
+	// next request through, and the header says no less than that.
+	after := h.last().Decision.RetryAfter
+	if after <= 0 {
+		t.Fatalf("denied with RetryAfter %v", after)
+	}
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, getFrom(ipA))
+	if secs, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || time.Duration(secs)*time.Second < after {
+		t.Errorf("Retry-After %q, want whole seconds ≥ %v", w.Header().Get("Retry-After"), after)
+	}
+	runSteps(t, srv, clk, []step{
+		{name: "after RetryAfter", advance: after, req: getFrom(ipA), want: isAllowed},
+		{name: "hour limit", req: getFrom(ipA), want: deniedNow},
+	})
+	after = h.last().Decision.RetryAfter
+	runSteps(t, srv, clk, []step{
+		{name: "just before RetryAfter", advance: after - time.Millisecond, req: getFrom(ipA), want: isDenied},
+		{name: "at RetryAfter", advance: time.Millisecond, req: getFrom(ipA), want: isAllowed},
+	})
+}
+
+// TestRetryAfterAgreesWithBody: a store's denial with RetryAfter ≤ 0
+// sends Retry-After: 1, as the problem document's retry_after says.
+func TestRetryAfterAgreesWithBody(t *testing.T) {
+	s := storeFunc(func(_ context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+		return ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, req.Policy.NumLimits())}, nil // denied, RetryAfter 0
+	})
+	lim := newLimiter(t, s, ratelimit.MustParsePolicy("1/s"))
+	w := httptest.NewRecorder()
+	lim.Handler(okHandler).ServeHTTP(w, getFrom(ipA))
+	if w.Code != 429 || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"retry_after":1`) {
+		t.Fatalf("status %d Retry-After %q body %s", w.Code, w.Header().Get("Retry-After"), w.Body)
 	}
 }
 
-// bodyLacks checks that the body does not contain s.
-func bodyLacks(s string) respCheck {
-	return func(t *testing.T, rec *httptest.ResponseRecorder) {
-		t.Helper()
-		if strings.Contains(rec.Body.String(), s) {
-			t.Errorf("body %s contains %q", rec.Body.String(), s)
-		}
+// TestBlockForHeaders: once denied, a key stays denied for the penalty:
+// Retry-After and the RateLimit header's t say so.
+func TestBlockForHeaders(t *testing.T) {
+	mem, clk := memoryStore()
+	lim := newLimiter(t, mem, ratelimit.MustParsePolicy("2/m", ratelimit.BlockFor(10*time.Minute), ratelimit.Named("login")))
+	h := lim.Handler(okHandler)
+	for i := 0; i < 2; i++ {
+		h.ServeHTTP(httptest.NewRecorder(), getFrom(ipA))
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, getFrom(ipA))
+	if w.Code != 429 || w.Header().Get("Retry-After") != "600" || w.Header().Get("RateLimit") != `"login-1m";r=0;t=600` {
+		t.Fatalf("denied: %d, Retry-After %q, RateLimit %q; want 600s", w.Code, w.Header().Get("Retry-After"), w.Header().Get("RateLimit"))
+	}
+	clk.Advance(2 * time.Minute) // the minute limit has room, the block runs on
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, getFrom(ipA))
+	if w.Code != 429 || w.Header().Get("Retry-After") != "480" {
+		t.Fatalf("blocked: %d, Retry-After %q; want 429 and 480s", w.Code, w.Header().Get("Retry-After"))
+	}
+	clk.Advance(8 * time.Minute)
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, getFrom(ipA))
+	if w.Code != 200 {
+		t.Fatalf("after the block: %d", w.Code)
 	}
 }
 
-// problem builds the expected members: the fixed ones plus extra.
-func wantProblem(detail string, extra map[string]any) map[string]any {
-	m := map[string]any{
-		"type":   ProblemType,
-		"title":  "Too Many Requests",
-		"status": float64(429),
-		"detail": detail,
+// TestCostOverTierCapacity: a fixed cost above a cheaper tier's capacity
+// (chosen per request) is reported to the error hook, not denied silently.
+func TestCostOverTierCapacity(t *testing.T) {
+	var h hookRecorder
+	free := ratelimit.MustParsePolicy("3/m", ratelimit.Named("free"))
+	lim := newLimiter(t, store.NewMemory(), ratelimit.MustParsePolicy("100/m", ratelimit.Named("paid")), append(h.options(),
+		ratelimit.WithCost(5), ratelimit.WithLogger(discardLogger),
+		ratelimit.WithPolicyFunc(func(*http.Request) *ratelimit.Policy { return free }))...)
+	w := httptest.NewRecorder()
+	lim.Handler(okHandler).ServeHTTP(w, getFrom(ipA))
+	errs := h.errors()
+	if w.Code != 429 || len(errs) != 1 || !errors.Is(errs[0], ratelimit.ErrCostOverCapacity) {
+		t.Fatalf("status %d, hook errors %v; want 429 and one ErrCostOverCapacity", w.Code, errs)
 	}
-	for k, v := range extra {
-		m[k] = v
-	}
-	return m
 }
 
-func TestDefaultDeniedHandler(t *testing.T) {
-	p3 := MustParsePolicy("10/s, 120/m, 240/h")
-	bucket := policyOf(t, "tb", TokenBucket, Limit{Rate: 10, Period: time.Second, Burst: 25})
-	sub := MustParsePolicy("3/1500ms", Named("sub"))
-	common := []respCheck{
-		hasStatus(http.StatusTooManyRequests),
-		hasHeader("Content-Type", "application/problem+json"),
-		hasHeader("Cache-Control", "no-store"),
-		hasHeader("X-Content-Type-Options", "nosniff"),
-		hasNoHeader("Retry-After"),
-		hasNoHeader("RateLimit"),
-		hasNoHeader("RateLimit-Policy"),
+func TestHandlerDeniedHandler(t *testing.T) {
+	st, clk := memoryStore()
+	var seen ratelimit.Result
+	custom := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen, _ = ratelimit.FromContext(r.Context())
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, "slow down")
+	})
+	lim := newLimiter(t, st, ratelimit.MustParsePolicy("1/m", ratelimit.Named("custom")), ratelimit.WithDeniedHandler(custom))
+	runSteps(t, lim.Handler(okHandler), clk, []step{
+		{name: "allowed", req: getFrom(ipA), want: isAllowed},
+		{name: "denied by the custom handler", req: getFrom(ipA), want: []check{
+			hasStatus(http.StatusTooManyRequests), hasBody("slow down"), hasHeader("Content-Type", "text/plain"),
+			hasHeaderSet("Retry-After"), hasHeader("Cache-Control", "no-store"), hasHeaderSet("RateLimit"),
+		}},
+	})
+	if seen.Policy == nil || seen.Policy.Name() != "custom" || seen.Decision.Allowed || seen.Cost != 1 || len(seen.Keys) != 1 {
+		t.Errorf("denied handler saw Result %+v", seen)
 	}
+}
 
-	tests := []struct {
-		name   string
-		res    *Result // nil: no Result in the context
-		checks []respCheck
+// TestDeniedHandlerStatus: a custom denied handler that writes no status
+// (nothing at all, or only a body) still answers 429; one that chooses
+// another status keeps it; Flush before any status sends the 429.
+func TestDeniedHandlerStatus(t *testing.T) {
+	cases := []struct {
+		name string
+		h    http.HandlerFunc
+		want int
+		body string
 	}{
-		{
-			name:   "no Result",
-			checks: []respCheck{hasProblem(wantProblem("Rate limit exceeded.", nil))},
-		},
-		{
-			name:   "zero Result",
-			res:    &Result{},
-			checks: []respCheck{hasProblem(wantProblem("Rate limit exceeded. Retry in 1 second.", map[string]any{"retry_after": float64(1)}))},
-		},
-		{
-			name: "per-second limit, sub-second wait",
-			res: &Result{Policy: p3, Keys: []string{"ip:203.0.113.7"}, Cost: 1, Decision: Decision{
-				Limit: 0, RetryAfter: 300 * time.Millisecond, ResetAfter: time.Second,
-			}},
-			checks: []respCheck{hasProblem(wantProblem(`Rate limit "default-1s" (10 per 1s) exceeded. Retry in 1 second.`, map[string]any{
-				"limit": "default-1s", "quota": float64(10), "window": float64(1), "retry_after": float64(1), "identifier": "ip",
-			}))},
-		},
-		{
-			name: "minute limit, wait rounds up",
-			res: &Result{Policy: p3, Keys: []string{"user:42"}, Cost: 1, Decision: Decision{
-				Limit: 1, Key: 0, RetryAfter: 42*time.Second + time.Microsecond, ResetAfter: time.Minute,
-			}},
-			checks: []respCheck{hasProblem(wantProblem(`Rate limit "default-1m" (120 per 1m) exceeded. Retry in 43 seconds.`, map[string]any{
-				"limit": "default-1m", "quota": float64(120), "window": float64(60), "retry_after": float64(43), "identifier": "user",
-			}))},
-		},
-		{
-			name: "cost can never be admitted",
-			res: &Result{Policy: p3, Keys: []string{"ip:192.0.2.1"}, Cost: 11, Decision: Decision{
-				Limit: 0, RetryAfter: Never,
-			}},
-			checks: []respCheck{hasProblem(wantProblem(`This request's cost (11) exceeds the limit "default-1s" (10 per 1s) and can never be admitted.`, map[string]any{
-				"limit": "default-1s", "quota": float64(10), "window": float64(1), "identifier": "ip",
-			}))},
-		},
-		{
-			name:   "never, without a policy or cost",
-			res:    &Result{Decision: Decision{RetryAfter: Never}},
-			checks: []respCheck{hasProblem(wantProblem(`This request's cost exceeds a rate limit and can never be admitted.`, nil))},
-		},
-		{
-			name: "token bucket: quota is the burst",
-			res:  &Result{Policy: bucket, Cost: 1, Decision: Decision{RetryAfter: 100 * time.Millisecond}},
-			checks: []respCheck{hasProblem(wantProblem(`Rate limit "tb-1s" (10 per 1s, burst 25) exceeded. Retry in 1 second.`, map[string]any{
-				"limit": "tb-1s", "quota": float64(25), "window": float64(1), "retry_after": float64(1),
-			}))},
-		},
-		{
-			name: "fractional period: window rounds up",
-			res:  &Result{Policy: sub, Cost: 1, Decision: Decision{RetryAfter: 1200 * time.Millisecond}},
-			checks: []respCheck{hasProblem(wantProblem(`Rate limit "sub-1500ms" (3 per 1500ms) exceeded. Retry in 2 seconds.`, map[string]any{
-				"limit": "sub-1500ms", "quota": float64(3), "window": float64(2), "retry_after": float64(2),
-			}))},
-		},
-		{
-			name:   "limit index out of range",
-			res:    &Result{Policy: p3, Decision: Decision{Limit: 7, RetryAfter: 3 * time.Second}},
-			checks: []respCheck{hasProblem(wantProblem("Rate limit exceeded. Retry in 3 seconds.", map[string]any{"retry_after": float64(3)}))},
-		},
-		{
-			name:   "nil policy",
-			res:    &Result{Decision: Decision{Limit: -1, RetryAfter: 2 * time.Second}},
-			checks: []respCheck{hasProblem(wantProblem("Rate limit exceeded. Retry in 2 seconds.", map[string]any{"retry_after": float64(2)}))},
-		},
-		{
-			name: "store error text is never sent",
-			res: &Result{Policy: p3, Err: errors.New("dial tcp 10.1.2.3:6379: i/o timeout <secret>"), Decision: Decision{
-				Limit: 0, RetryAfter: time.Second,
-			}},
-			checks: []respCheck{
-				hasProblem(wantProblem(`Rate limit "default-1s" (10 per 1s) exceeded. Retry in 1 second.`, map[string]any{
-					"limit": "default-1s", "quota": float64(10), "window": float64(1), "retry_after": float64(1),
-				})),
-				bodyLacks("10.1.2.3"), bodyLacks("timeout"), bodyLacks("secret"),
-			},
-		},
+		{"writes nothing", func(http.ResponseWriter, *http.Request) {}, 429, ""},
+		{"writes a body only", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "slow down") }, 429, "slow down"},
+		{"flushes first", func(w http.ResponseWriter, _ *http.Request) {
+			http.NewResponseController(w).Flush()
+			io.WriteString(w, "later")
+		}, 429, "later"},
+		{"chooses 503", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }, 503, ""},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			req := httptest.NewRequest(http.MethodGet, "/things", nil)
-			if tc.res != nil {
-				req = req.WithContext(NewContext(req.Context(), *tc.res))
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			lim := newLimiter(t, store.NewMemory(), ratelimit.MustParsePolicy("1/h"), ratelimit.WithDeniedHandler(c.h))
+			srv := httptest.NewServer(lim.Handler(okHandler))
+			defer srv.Close()
+			http.Get(srv.URL)
+			resp, err := http.Get(srv.URL)
+			if err != nil {
+				t.Fatal(err)
 			}
-			rec := httptest.NewRecorder()
-			DefaultDeniedHandler().ServeHTTP(rec, req)
-			for _, check := range append(common, tc.checks...) {
-				check(t, rec)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.want || string(body) != c.body || resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("status %d body %q Retry-After %q; want %d, %q and a Retry-After", resp.StatusCode, body, resp.Header.Get("Retry-After"), c.want, c.body)
 			}
 		})
-	}
-}
-
-func TestProblemAllowedDecision(t *testing.T) {
-	// A denied handler called for an allowed decision (a custom stack, say)
-	// still answers a 429 document, without a retry hint.
-	pb := NewProblem(Result{Policy: MustParsePolicy("10/s"), Decision: Decision{Allowed: true, RetryAfter: time.Second}})
-	want := Problem{
-		Type: ProblemType, Title: "Too Many Requests", Status: 429,
-		Detail: `Rate limit "default-1s" (10 per 1s) exceeded.`,
-		Limit:  "default-1s", Quota: 10, Window: 1,
-	}
-	if pb != want {
-		t.Errorf("NewProblem = %+v, want %+v", pb, want)
-	}
-}
-
-func TestDeniedContext(t *testing.T) {
-	if res, ok := FromContext(context.Background()); ok || !reflect.DeepEqual(res, Result{}) {
-		t.Errorf("FromContext(Background) = %+v, %v; want zero, false", res, ok)
-	}
-	var nilCtx context.Context
-	if _, ok := FromContext(nilCtx); ok {
-		t.Error("FromContext(nil) = _, true; want false")
-	}
-
-	p := MustParsePolicy("10/s")
-	want := Result{Policy: p, Keys: []string{"ip:203.0.113.7"}, Cost: 2, Decision: Decision{Allowed: true, Remaining: 8}, DryRun: true}
-	ctx := NewContext(context.Background(), want)
-	got, ok := FromContext(ctx)
-	if !ok || !reflect.DeepEqual(got, want) {
-		t.Errorf("FromContext = %+v, %v; want %+v, true", got, ok, want)
-	}
-
-	// An inner Limiter's Result shadows the outer one.
-	inner := Result{Policy: p, Cost: 1}
-	if got, _ := FromContext(NewContext(ctx, inner)); !reflect.DeepEqual(got, inner) {
-		t.Errorf("nested FromContext = %+v, want %+v", got, inner)
-	}
-
-	// Another package's value under a look-alike key is not a Result.
-	type otherKey struct{}
-	if _, ok := FromContext(context.WithValue(context.Background(), otherKey{}, want)); ok {
-		t.Error("FromContext found a Result under another key")
 	}
 }

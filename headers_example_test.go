@@ -3,7 +3,6 @@ package ratelimit_test
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -36,30 +35,4 @@ func ExampleSetHeaders() {
 	// X-RateLimit-Remaining: 0
 	// X-RateLimit-Reset: 43
 	// Retry-After: 2
-}
-
-// The default denied handler reads the Result the Limiter put in the
-// request's context. Here the context is built by hand, as a custom stack
-// or a test would.
-func ExampleDefaultDeniedHandler() {
-	res := ratelimit.Result{
-		Policy: ratelimit.MustParsePolicy("10/s, 120/m"),
-		Keys:   []string{"ip:203.0.113.7"},
-		Cost:   1,
-		Decision: ratelimit.Decision{
-			Limit:      0,
-			ResetAfter: time.Second,
-			RetryAfter: 250 * time.Millisecond,
-		},
-	}
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
-	req = req.WithContext(ratelimit.NewContext(req.Context(), res))
-	rec := httptest.NewRecorder()
-
-	ratelimit.DefaultDeniedHandler().ServeHTTP(rec, req)
-	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
-	fmt.Print(rec.Body.String()) // the body ends with a newline
-	// Output:
-	// 429 application/problem+json
-	// {"type":"https://github.com/ratelimitkit/ratelimit#rate-limited","title":"Too Many Requests","status":429,"detail":"Rate limit \"default-1s\" (10 per 1s) exceeded. Retry in 1 second.","limit":"default-1s","quota":10,"window":1,"identifier":"ip","retry_after":1}
 }

@@ -35,16 +35,6 @@ type sfItem struct {
 	Params []sfParam
 }
 
-// param returns the value of the parameter key.
-func (it sfItem) param(key string) (any, bool) {
-	for _, p := range it.Params {
-		if p.Key == key {
-			return p.Value, true
-		}
-	}
-	return nil, false
-}
-
 type sfParser struct {
 	s string
 	i int

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/redistest"
 	"github.com/ratelimitkit/ratelimit/store"
+	"github.com/redis/go-redis/v9"
 )
 
 // simClock is a simulated clock with timers for many goroutines: a
@@ -25,16 +27,6 @@ type simClock struct {
 	running int
 	waiters []simWaiter
 	idle    chan struct{} // signalled when running drops to 0
-}
-
-type simWaiter struct {
-	at   time.Time
-	wake chan struct{}
-	ctx  context.Context
-}
-
-func newSimClock(start time.Time) *simClock {
-	return &simClock{now: start, idle: make(chan struct{}, 1)}
 }
 
 func (c *simClock) Now() time.Time {
@@ -130,6 +122,16 @@ func (c *simClock) Run(t *testing.T, wg *sync.WaitGroup, limit time.Duration) {
 		c.waiters = c.waiters[1:]
 		c.mu.Unlock()
 	}
+}
+
+type simWaiter struct {
+	at   time.Time
+	wake chan struct{}
+	ctx  context.Context
+}
+
+func newSimClock(start time.Time) *simClock {
+	return &simClock{now: start, idle: make(chan struct{}, 1)}
 }
 
 // checkWindows fails if more than rate release times fall in one window
@@ -266,6 +268,43 @@ func TestWaitDeadlineTooClose(t *testing.T) {
 	if _, err := lim.WaitN(context.Background(), 2, "k"); err == nil {
 		t.Fatal("WaitN of a cost above the capacity did not fail")
 	}
+}
+
+// TestRealWaitInLine: 20 Wait callers on "5/s" against a real Redis, in
+// real time, are all released, in about 3s (4 windows of 5), and no window
+// shorter than a second by a generous 200ms holds more than 5 (releases
+// are measured on this process's clock, after Redis's).
+func TestRealWaitInLine(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	lim := newLimiter(t, mustRedis(t, c), ratelimit.MustParsePolicy("5/s", ratelimit.Named("realwait")))
+	start := time.Now()
+	var mu sync.Mutex
+	var released []time.Time
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if d, err := lim.Wait(ctx, "job:realwait"); err != nil || !d.Allowed {
+				t.Errorf("Wait: %+v %v", d, err)
+				return
+			}
+			mu.Lock()
+			released = append(released, time.Now())
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	t.Logf("20 waiters on 5/s released in %s", took)
+	if len(released) != 20 || took < 2500*time.Millisecond || took > 8*time.Second {
+		t.Fatalf("%d released in %s, want 20 in about 3s", len(released), took)
+	}
+	checkWindows(t, released, 800*time.Millisecond, 5)
 }
 
 // TestMaxDelayHolds: with WithMaxDelay, requests that fit within the delay

@@ -2,23 +2,52 @@ package ratelimit_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/redistest"
 	"github.com/ratelimitkit/ratelimit/store"
+	"github.com/redis/go-redis/v9"
 )
+
+// TestHandlerClientGone: a client that went away (its request's context
+// is canceled) does not decide the request: the store still gets its own
+// timeout, its failure goes to the fallback, and the answer is the same as
+// for a client that stayed.
+func TestHandlerClientGone(t *testing.T) {
+	for _, mode := range []ratelimit.FailureMode{ratelimit.FailOpen, ratelimit.FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			var h hookRecorder
+			fallback := &recStore{}
+			lim := newLimiter(t, &blockStore{}, ratelimit.MustParsePolicy("2/m"), append(h.options(),
+				ratelimit.WithFailureMode(mode), ratelimit.WithFallback(fallback), ratelimit.WithTimeout(20*time.Millisecond),
+				ratelimit.WithLogger(discardLogger))...)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			w := httptest.NewRecorder()
+			returnsWithin(t, func() { lim.Handler(okHandler).ServeHTTP(w, getFrom(ipA).WithContext(ctx)) })
+			if w.Code != http.StatusOK || w.Header().Get("RateLimit") == "" {
+				t.Errorf("status %d, RateLimit %q: want the fallback's admission, with headers", w.Code, w.Header().Get("RateLimit"))
+			}
+			if n := len(fallback.requests()); n != 1 {
+				t.Errorf("fallback asked %d times, want 1", n)
+			}
+			if errs := h.errors(); len(errs) != 1 || !errors.Is(errs[0], context.DeadlineExceeded) || errors.Is(errs[0], context.Canceled) {
+				t.Errorf("hook errors %v, want one timeout, no cancellation", errs)
+			}
+		})
+	}
+}
 
 // halfClosed sends one complete request over a fresh TCP connection, then
 // closes its write side (as a client that has nothing more to say does),
@@ -127,21 +156,4 @@ func TestHalfClosedClientsStayLimited(t *testing.T) {
 			})
 		}
 	}
-}
-
-func mustRedis(t *testing.T, c redis.UniversalClient) *store.Redis {
-	t.Helper()
-	s, err := store.NewRedis(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// realRedisAvailable reports whether tests should start a real
-// redis-server: it is on PATH, or RATELIMIT_REQUIRE_REDIS=1 makes its
-// absence a failure (redistest then fails the test).
-func realRedisAvailable() bool {
-	_, err := exec.LookPath("redis-server")
-	return err == nil || redistest.Require()
 }

@@ -30,21 +30,19 @@ import (
 // failure mode, and that limiting resumes by itself.
 //
 // Timing: the only time assertions are hang guards (a request answers
-// within its budget plus relHangSlack) and counts bounded by budgets (no
+// within its budget plus outageHangSlack) and counts bounded by budgets (no
 // more circuit probes than cooldowns elapsed). Latencies are logged, never
 // compared with a speed.
 
-// relHangSlack is added to a request's budget (the store timeout, twice
+// outageHangSlack is added to a request's budget (the store timeout, twice
 // with a fallback) before a request counts as hung: generous, for a busy
 // machine running -race.
-const relHangSlack = 900 * time.Millisecond
+const outageHangSlack = 900 * time.Millisecond
 
-var relLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+var outageLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-var relOK = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-
-// relGet is a GET / from the IPv4 address ip (ByIP's key is "ip:"+ip).
-func relGet(ip string, header ...string) *http.Request {
+// outageGet is a GET / from the IPv4 address ip (ByIP's key is "ip:"+ip).
+func outageGet(ip string, header ...string) *http.Request {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = ip + ":40000"
 	for i := 0; i+1 < len(header); i += 2 {
@@ -53,23 +51,15 @@ func relGet(ip string, header ...string) *http.Request {
 	return r
 }
 
-// relServe serves r on h and returns the response and how long it took.
-func relServe(h http.Handler, r *http.Request) (*httptest.ResponseRecorder, time.Duration) {
-	w := httptest.NewRecorder()
-	start := time.Now()
-	h.ServeHTTP(w, r)
-	return w, time.Since(start)
-}
-
-// relHasLimitHeaders reports whether the response carries the rate-limit
+// outageHasLimitHeaders reports whether the response carries the rate-limit
 // headers, which only a store's decision produces.
-func relHasLimitHeaders(w *httptest.ResponseRecorder) bool {
+func outageHasLimitHeaders(w *httptest.ResponseRecorder) bool {
 	return w.Header().Get("RateLimit") != "" && w.Header().Get("RateLimit-Policy") != ""
 }
 
-// relNoLimitHeaders reports whether no rate-limit header of any style, nor
+// outageNoLimitHeaders reports whether no rate-limit header of any style, nor
 // Retry-After, is present.
-func relNoLimitHeaders(w *httptest.ResponseRecorder) bool {
+func outageNoLimitHeaders(w *httptest.ResponseRecorder) bool {
 	for k := range w.Header() {
 		if strings.Contains(strings.ToLower(k), "ratelimit") || k == "Retry-After" {
 			return false
@@ -78,14 +68,14 @@ func relNoLimitHeaders(w *httptest.ResponseRecorder) bool {
 	return true
 }
 
-// relErrCounter counts store errors seen by the error hook: those of a
+// outageErrCounter counts store errors seen by the error hook: those of a
 // skipped store (circuit open) apart.
-type relErrCounter struct {
+type outageErrCounter struct {
 	skipped atomic.Int64 // ErrCircuitOpen: the store was not asked
 	failed  atomic.Int64 // the store (or fallback) was asked and failed
 }
 
-func (c *relErrCounter) hook(_ *http.Request, err error) {
+func (c *outageErrCounter) hook(_ *http.Request, err error) {
 	if errors.Is(err, ratelimit.ErrCircuitOpen) {
 		c.skipped.Add(1)
 	} else {
@@ -93,22 +83,11 @@ func (c *relErrCounter) hook(_ *http.Request, err error) {
 	}
 }
 
-func (c *relErrCounter) total() int64 { return c.skipped.Load() + c.failed.Load() }
+func (c *outageErrCounter) total() int64 { return c.skipped.Load() + c.failed.Load() }
 
-// relPercentile returns the q-quantile (0..1) of ds, nearest rank.
-func relPercentile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
-
-// relWaitGoroutines polls, for at most 5s, until the number of goroutines
+// outageWaitGoroutines polls, for at most 5s, until the number of goroutines
 // is at most want, and returns the last count.
-func relWaitGoroutines(want int) int {
+func outageWaitGoroutines(want int) int {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		n := runtime.NumGoroutine()
@@ -119,57 +98,31 @@ func relWaitGoroutines(want int) int {
 	}
 }
 
-// relViolations collects the first few violations seen by load goroutines,
-// which must not call t.Fatal, and counts them all.
-type relViolations struct {
-	mu    sync.Mutex
-	n     int
-	first []string
-}
-
-func (v *relViolations) add(format string, args ...any) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.n++
-	if len(v.first) < 10 {
-		v.first = append(v.first, fmt.Sprintf(format, args...))
-	}
-}
-
-func (v *relViolations) report(t *testing.T, what string) {
-	t.Helper()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.n > 0 {
-		t.Errorf("%d %s, the first ones:\n  %s", v.n, what, strings.Join(v.first, "\n  "))
-	}
-}
-
 // Phases of a load run. A request is judged by the phase in which it
 // started and ended; one that spans a change is only hang-guarded.
 const (
-	relHealthy int32 = iota
-	relKilling
-	relOutage
+	phaseHealthy int32 = iota
+	phaseKilling
+	phaseDown
 )
 
-// relMode is a failure configuration and what a request answered during
+// outageMode is a failure configuration and what a request answered during
 // an outage must look like under it.
-type relMode struct {
+type outageMode struct {
 	name         string
 	opts         func() []ratelimit.Option
 	budget       time.Duration // timeout, or twice it with a fallback
 	duringOutage func(w *httptest.ResponseRecorder) string
 }
 
-func relModes(timeout time.Duration) []relMode {
-	return []relMode{
+func outageModes(timeout time.Duration) []outageMode {
+	return []outageMode{
 		{
 			name:   "fail-open",
 			opts:   func() []ratelimit.Option { return []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailOpen)} },
 			budget: timeout,
 			duringOutage: func(w *httptest.ResponseRecorder) string {
-				if w.Code != http.StatusOK || !relNoLimitHeaders(w) {
+				if w.Code != http.StatusOK || !outageNoLimitHeaders(w) {
 					return fmt.Sprintf("status %d, headers %v; want 200 without rate-limit headers", w.Code, w.Header())
 				}
 				return ""
@@ -180,7 +133,7 @@ func relModes(timeout time.Duration) []relMode {
 			opts:   func() []ratelimit.Option { return []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailClosed)} },
 			budget: timeout,
 			duringOutage: func(w *httptest.ResponseRecorder) string {
-				if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || relHasLimitHeaders(w) {
+				if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || outageHasLimitHeaders(w) {
 					return fmt.Sprintf("status %d, headers %v; want 503 with Retry-After: 1 and no rate-limit headers", w.Code, w.Header())
 				}
 				return ""
@@ -193,7 +146,7 @@ func relModes(timeout time.Duration) []relMode {
 			},
 			budget: 2 * timeout,
 			duringOutage: func(w *httptest.ResponseRecorder) string {
-				if (w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests) || !relHasLimitHeaders(w) {
+				if (w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests) || !outageHasLimitHeaders(w) {
 					return fmt.Sprintf("status %d, headers %v; want 200 or 429 with rate-limit headers (the fallback decides)", w.Code, w.Header())
 				}
 				return ""
@@ -223,7 +176,7 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 		{"no-ctx-timeout", false}, // the store returns at the deadline itself
 	}
 	for _, c := range clients {
-		for _, mode := range relModes(timeout) {
+		for _, mode := range outageModes(timeout) {
 			t.Run(c.name+"/"+mode.name, func(t *testing.T) {
 				srv := redistest.StartServer(t)
 				base := runtime.NumGoroutine()
@@ -236,7 +189,7 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 				t.Cleanup(closeClient)
 				load := ratelimit.MustParsePolicy("20/s, 600/m", ratelimit.Named("load"))
 				strict := ratelimit.MustParsePolicy("3/h", ratelimit.Named("strict"))
-				var errs relErrCounter
+				var errs outageErrCounter
 				opts := append(mode.opts(),
 					ratelimit.WithPolicyFunc(func(r *http.Request) *ratelimit.Policy {
 						if r.Header.Get("X-Strict") != "" {
@@ -244,16 +197,16 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 						}
 						return nil
 					}))
-				lim := relLimiter(t, client, load, timeout, &errs, opts...)
-				h := lim.Handler(relOK)
-				guard := mode.budget + relHangSlack
-				relWarm(t, client, load, strict)
+				lim := outageLimiter(t, client, load, timeout, &errs, opts...)
+				h := lim.Handler(okHandler)
+				guard := mode.budget + outageHangSlack
+				outageWarm(t, client, load, strict)
 
 				var (
 					phase      atomic.Int32
 					stop       = make(chan struct{})
 					wg         sync.WaitGroup
-					bad        relViolations
+					bad        violations
 					mu         sync.Mutex
 					outageLats []time.Duration
 					upDecided  atomic.Int64 // healthy phase: decided by a store (headers)
@@ -287,7 +240,7 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 							default:
 							}
 							before := phase.Load()
-							w, took := relServe(h, relGet(ip))
+							w, took := timedServe(h, outageGet(ip))
 							after := phase.Load()
 							served.Add(1)
 							if took > guard {
@@ -296,13 +249,13 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 							switch {
 							case before != after:
 								// spans the kill: only hang-guarded
-							case before == relHealthy:
-								if relHasLimitHeaders(w) && (w.Code == http.StatusOK || w.Code == http.StatusTooManyRequests) {
+							case before == phaseHealthy:
+								if outageHasLimitHeaders(w) && (w.Code == http.StatusOK || w.Code == http.StatusTooManyRequests) {
 									upDecided.Add(1)
 								} else {
 									upFailed.Add(1)
 								}
-							case before == relOutage:
+							case before == phaseDown:
 								lats = append(lats, took)
 								n, _ := outCodes.LoadOrStore(w.Code, new(atomic.Int64))
 								n.(*atomic.Int64).Add(1)
@@ -316,20 +269,14 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 				}
 
 				time.Sleep(healthy)
-				phase.Store(relKilling)
+				phase.Store(phaseKilling)
 				srv.Kill(t)
 				errsAtKill := errs.total()
 				skipsAtKill := errs.skipped.Load()
-				phase.Store(relOutage)
+				phase.Store(phaseDown)
 				time.Sleep(outage)
 				stopLoad()
-				waited := make(chan struct{})
-				go func() { wg.Wait(); close(waited) }()
-				select {
-				case <-waited:
-				case <-time.After(guard + 5*time.Second):
-					t.Fatal("load goroutines still running 5s after stop: a request hangs")
-				}
+				waitStopped(t, &wg, guard, "load goroutines")
 				bad.report(t, "violations under load")
 
 				mu.Lock()
@@ -346,7 +293,7 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 				})
 				slices.Sort(byCode)
 				t.Logf("outage (%v, timeout %v): %d requests (%s), latency p50 %v, p99 %v, max %v; store calls failed after the kill %d, skipped by the open circuit %d",
-					outage, timeout, len(lats), strings.Join(byCode, " "), relPercentile(lats, 0.5), relPercentile(lats, 0.99), relPercentile(lats, 1), failed, skipped)
+					outage, timeout, len(lats), strings.Join(byCode, " "), percentile(lats, 0.5), percentile(lats, 0.99), percentile(lats, 1), failed, skipped)
 				if len(lats) == 0 {
 					t.Fatal("no request was served during the outage")
 				}
@@ -365,11 +312,11 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 				resumed := time.Duration(-1)
 				for i := 0; i < 1000 && time.Since(restarted) < 5*time.Second; i++ {
 					before := errs.total()
-					w, took := relServe(h, relGet("10.9.9.9"))
+					w, took := timedServe(h, outageGet("10.9.9.9"))
 					if took > guard {
 						t.Errorf("after the restart: a request took %v, over the guard %v", took, guard)
 					}
-					if relHasLimitHeaders(w) && errs.total() == before {
+					if outageHasLimitHeaders(w) && errs.total() == before {
 						resumed = time.Since(restarted)
 						break
 					}
@@ -383,8 +330,8 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 				var codes []int
 				before := errs.total()
 				for range 4 {
-					w, _ := relServe(h, relGet("10.8.8.8", "X-Strict", "1"))
-					if !relHasLimitHeaders(w) {
+					w, _ := timedServe(h, outageGet("10.8.8.8", "X-Strict", "1"))
+					if !outageHasLimitHeaders(w) {
 						t.Errorf("after the restart: status %d without rate-limit headers", w.Code)
 					}
 					codes = append(codes, w.Code)
@@ -404,7 +351,7 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 				_ = admin.Close()
 
 				closeClient()
-				if n := relWaitGoroutines(base + 3); n > base+3 {
+				if n := outageWaitGoroutines(base + 3); n > base+3 {
 					buf := make([]byte, 1<<16)
 					t.Errorf("%d goroutines after the run, %d before: leak?\n%s", n, base, buf[:runtime.Stack(buf, true)])
 				} else {
@@ -435,14 +382,14 @@ func TestRealSlowRedis(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = client.Close() })
 	p := ratelimit.MustParsePolicy("3/h", ratelimit.Named("slow"))
-	var errs relErrCounter
-	lim := relLimiter(t, client, p, timeout, &errs,
+	var errs outageErrCounter
+	lim := outageLimiter(t, client, p, timeout, &errs,
 		ratelimit.WithCircuitBreaker(failures, cooldown), ratelimit.WithFailureMode(ratelimit.FailClosed))
-	h := lim.Handler(relOK)
-	guard := timeout + relHangSlack
+	h := lim.Handler(okHandler)
+	guard := timeout + outageHangSlack
 	serve := func(ip string) (*httptest.ResponseRecorder, time.Duration) {
 		t.Helper()
-		w, took := relServe(h, relGet(ip))
+		w, took := timedServe(h, outageGet(ip))
 		if took > guard {
 			t.Errorf("request from %s took %v, over the guard %v", ip, took, guard)
 		}
@@ -450,7 +397,7 @@ func TestRealSlowRedis(t *testing.T) {
 	}
 
 	// Warm up without latency: a connection in the pool, the script loaded.
-	if w, _ := serve("10.1.0.1"); w.Code != http.StatusOK || !relHasLimitHeaders(w) {
+	if w, _ := serve("10.1.0.1"); w.Code != http.StatusOK || !outageHasLimitHeaders(w) {
 		t.Fatalf("warm-up: status %d, headers %v", w.Code, w.Header())
 	}
 
@@ -466,7 +413,7 @@ func TestRealSlowRedis(t *testing.T) {
 			for range 4 {
 				w, took := serve(ip)
 				lats = append(lats, took)
-				if !relHasLimitHeaders(w) {
+				if !outageHasLimitHeaders(w) {
 					t.Errorf("%s: status %d without rate-limit headers", ip, w.Code)
 				}
 				codes = append(codes, w.Code)
@@ -476,7 +423,7 @@ func TestRealSlowRedis(t *testing.T) {
 			}
 		}
 		t.Logf("proxy latency %v each way, timeout %v: request latency p50 %v, max %v; store errors %d",
-			latency, timeout, relPercentile(lats, 0.5), relPercentile(lats, 1), errs.total()-before)
+			latency, timeout, percentile(lats, 0.5), percentile(lats, 1), errs.total()-before)
 		if n := errs.total() - before; n != 0 {
 			t.Errorf("%d store errors with a latency well under the timeout", n)
 		}
@@ -500,7 +447,7 @@ func TestRealSlowRedis(t *testing.T) {
 			skips, fails := errs.skipped.Load(), errs.failed.Load()
 			at := time.Now()
 			w, took := serve(fmt.Sprintf("10.1.2.%d", i%250+1))
-			if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || relHasLimitHeaders(w) {
+			if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || outageHasLimitHeaders(w) {
 				t.Errorf("request %d during the stall: status %d, headers %v; want 503, Retry-After: 1", i, w.Code, w.Header())
 			}
 			ds, df := errs.skipped.Load()-skips, errs.failed.Load()-fails
@@ -532,8 +479,8 @@ func TestRealSlowRedis(t *testing.T) {
 		}
 		openFor := time.Since(outs[opened].at)
 		t.Logf("stalled Redis: the circuit opened after %d requests (threshold %d); median latency %v before it opened, %v after (%d requests skipped the store)",
-			opened, failures, relPercentile(beforeOpen, 0.5), relPercentile(skipped, 0.5), len(skipped))
-		t.Logf("while open for %v: %d probes (cooldown %v), median %v", openFor, len(probes), cooldown, relPercentile(probes, 0.5))
+			opened, failures, percentile(beforeOpen, 0.5), percentile(skipped, 0.5), len(skipped))
+		t.Logf("while open for %v: %d probes (cooldown %v), median %v", openFor, len(probes), cooldown, percentile(probes, 0.5))
 		if opened != failures {
 			t.Errorf("the circuit opened after %d failed requests, want %d", opened, failures)
 		}
@@ -553,7 +500,7 @@ func TestRealSlowRedis(t *testing.T) {
 		i := 0
 		for ; i < 1000 && time.Since(unstalled) < 5*time.Second; i++ {
 			w, _ := serve(fmt.Sprintf("10.1.3.%d", i%250+1))
-			if relHasLimitHeaders(w) {
+			if outageHasLimitHeaders(w) {
 				resumed = time.Since(unstalled)
 				break
 			}
@@ -565,7 +512,7 @@ func TestRealSlowRedis(t *testing.T) {
 		t.Logf("stall ended right after a failed probe: Redis decides again %v later, %v after that failure, in %d requests (cooldown %v, timeout %v)",
 			resumed, unstalled.Add(resumed).Sub(lastFailure), i+1, cooldown, timeout)
 		// The circuit waits at most one cooldown, then one probe answers.
-		if limit := cooldown + timeout + relHangSlack; resumed > limit {
+		if limit := cooldown + timeout + outageHangSlack; resumed > limit {
 			t.Errorf("limiting resumed after %v, want within a cooldown plus a probe (%v, slack included)", resumed, limit)
 		}
 		var codes []int
@@ -609,10 +556,10 @@ func TestClusterNodeLoss(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = cc.Close() })
 	p := ratelimit.MustParsePolicy("3/h", ratelimit.Named("nodeloss"))
-	var errs relErrCounter
-	lim := relLimiter(t, cc, p, timeout, &errs, ratelimit.WithFailureMode(ratelimit.FailClosed))
-	h := lim.Handler(relOK)
-	guard := timeout + relHangSlack
+	var errs outageErrCounter
+	lim := outageLimiter(t, cc, p, timeout, &errs, ratelimit.WithFailureMode(ratelimit.FailClosed))
+	h := lim.Handler(okHandler)
+	guard := timeout + outageHangSlack
 
 	// The key the store builds: prefix, the identifier as the hash tag (only
 	// [A-Za-z0-9.:], so nothing is escaped), the policy's ID.
@@ -632,7 +579,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	for _, ip := range []string{dead, alive} {
 		var codes []int
 		for range 4 {
-			w, _ := relServe(h, relGet(ip))
+			w, _ := timedServe(h, outageGet(ip))
 			codes = append(codes, w.Code)
 		}
 		if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
@@ -656,9 +603,9 @@ func TestClusterNodeLoss(t *testing.T) {
 		var deadLats, aliveLats []time.Duration
 		for r := 0; r < rounds; r++ {
 			for range deadBurst {
-				w, took := relServe(h, relGet(dead))
+				w, took := timedServe(h, outageGet(dead))
 				deadLats = append(deadLats, took)
-				if w.Code != http.StatusServiceUnavailable || relHasLimitHeaders(w) {
+				if w.Code != http.StatusServiceUnavailable || outageHasLimitHeaders(w) {
 					t.Errorf("identity on the dead master: status %d, headers %v; want 503 (fail closed)", w.Code, w.Header())
 				}
 				if took > guard {
@@ -666,9 +613,9 @@ func TestClusterNodeLoss(t *testing.T) {
 				}
 			}
 			skips := errs.skipped.Load()
-			w, took := relServe(h, relGet(alive))
+			w, took := timedServe(h, outageGet(alive))
 			aliveLats = append(aliveLats, took)
-			if w.Code != http.StatusTooManyRequests || !relHasLimitHeaders(w) {
+			if w.Code != http.StatusTooManyRequests || !outageHasLimitHeaders(w) {
 				why := ""
 				if errs.skipped.Load() > skips {
 					why = " (ErrCircuitOpen: the Limiter's one circuit breaker, opened by the dead master's failures, skipped the store for every identity)"
@@ -681,8 +628,8 @@ func TestClusterNodeLoss(t *testing.T) {
 			}
 		}
 		t.Logf("dead master's identity: %d requests, latency p50 %v, max %v; live master's identity: %d requests, p50 %v, max %v; store errors %d, circuit skips %d so far",
-			len(deadLats), relPercentile(deadLats, 0.5), relPercentile(deadLats, 1),
-			len(aliveLats), relPercentile(aliveLats, 0.5), relPercentile(aliveLats, 1), errs.failed.Load(), errs.skipped.Load())
+			len(deadLats), percentile(deadLats, 0.5), percentile(deadLats, 1),
+			len(aliveLats), percentile(aliveLats, 0.5), percentile(aliveLats, 1), errs.failed.Load(), errs.skipped.Load())
 	}
 	// Alternating: the dead master's failures never come
 	// DefaultCircuitFailures in a row, so the circuit stays closed.
@@ -692,16 +639,16 @@ func TestClusterNodeLoss(t *testing.T) {
 	t.Run("burst on the dead master", func(t *testing.T) { check(t, 3, ratelimit.DefaultCircuitFailures+1) })
 }
 
-// relLimiter returns a Limiter of p on a Redis store over client, with the
-// given timeout, its store errors counted in errs and logged to relLogger,
+// outageLimiter returns a Limiter of p on a Redis store over client, with the
+// given timeout, its store errors counted in errs and logged to outageLogger,
 // and opts on top.
-func relLimiter(t *testing.T, client redis.UniversalClient, p *ratelimit.Policy, timeout time.Duration, errs *relErrCounter, opts ...ratelimit.Option) *ratelimit.Limiter {
+func outageLimiter(t *testing.T, client redis.UniversalClient, p *ratelimit.Policy, timeout time.Duration, errs *outageErrCounter, opts ...ratelimit.Option) *ratelimit.Limiter {
 	t.Helper()
 	st, err := store.NewRedis(client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := []ratelimit.Option{ratelimit.WithTimeout(timeout), ratelimit.WithLogger(relLogger), ratelimit.WithErrorHook(errs.hook)}
+	base := []ratelimit.Option{ratelimit.WithTimeout(timeout), ratelimit.WithLogger(outageLogger), ratelimit.WithErrorHook(errs.hook)}
 	lim, err := ratelimit.New(st, p, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -709,11 +656,11 @@ func relLimiter(t *testing.T, client redis.UniversalClient, p *ratelimit.Policy,
 	return lim
 }
 
-// relWarm loads the policies' scripts into Redis (the first call of a
+// outageWarm loads the policies' scripts into Redis (the first call of a
 // policy on a server sends the whole script), with a generous deadline, so
 // that a loaded machine does not make the healthy phase's first calls miss
 // a short timeout.
-func relWarm(t *testing.T, client redis.UniversalClient, ps ...*ratelimit.Policy) {
+func outageWarm(t *testing.T, client redis.UniversalClient, ps ...*ratelimit.Policy) {
 	t.Helper()
 	st, err := store.NewRedis(client)
 	if err != nil {

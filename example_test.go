@@ -11,11 +11,19 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store"
+	"github.com/redis/go-redis/v9"
 )
+
+// New checks the whole configuration up front.
+func ExampleNew() {
+	_, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("10/s"),
+		ratelimit.WithTimeout(0))
+	fmt.Println(err)
+	// Output:
+	// ratelimit: WithTimeout(0s): timeout must be positive
+}
 
 // Limit every route of a net/http ServeMux by client IP.
 func ExampleLimiter_Handler() {
@@ -116,31 +124,22 @@ func ExampleFromContext() {
 	// ip:203.0.113.7 may make 4 more requests
 }
 
-// Outside HTTP, AllowN limits any work by keys you choose: here exports
-// of rows, per tenant, 100 rows an hour.
-func ExampleLimiter_AllowN() {
-	lim, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("100/h", ratelimit.Named("exports")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, rows := range []int64{40, 50, 30, 10} {
-		d, err := lim.AllowN(ctx, rows, "tenant:acme")
-		if err != nil {
-			// No store could decide; d is the failure mode's answer.
-			log.Print(err)
+// Handlers behind stacked Limiters see every Result, outermost first.
+func ExampleAllFromContext() {
+	st := store.NewMemory()
+	global, _ := ratelimit.New(st, ratelimit.MustParsePolicy("100/m", ratelimit.Named("global")))
+	login, _ := ratelimit.New(st, ratelimit.MustParsePolicy("5/m", ratelimit.Named("login")))
+	h := global.Handler(login.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, res := range ratelimit.AllFromContext(r.Context()) {
+			fmt.Println(res.Policy.Name(), res.Decision.Remaining)
 		}
-		if !d.Allowed {
-			fmt.Printf("%d rows: denied, %d left\n", rows, d.Remaining)
-			continue
-		}
-		fmt.Printf("%d rows: allowed, %d left\n", rows, d.Remaining)
-	}
+	})))
+	r := httptest.NewRequest(http.MethodPost, "/login", nil)
+	r.RemoteAddr = "203.0.113.7:4711"
+	h.ServeHTTP(httptest.NewRecorder(), r)
 	// Output:
-	// 40 rows: allowed, 60 left
-	// 50 rows: allowed, 10 left
-	// 30 rows: denied, 10 left
-	// 10 rows: allowed, 0 left
+	// global 99
+	// login 4
 }
 
 // Plan tiers: the policy is chosen per request. Signed-in users are
@@ -225,11 +224,138 @@ func ExampleWithFallback() {
 	_ = lim // mux := ...; http.ListenAndServe(":8080", lim.Handler(mux))
 }
 
-// New checks the whole configuration up front.
-func ExampleNew() {
-	_, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("10/s"),
-		ratelimit.WithTimeout(0))
-	fmt.Println(err)
+// Hold requests for up to 100ms instead of refusing them: a leaky bucket
+// with a queue. Six clients arrive at once; "2 per 100ms" serves two at
+// once, holds two for their turn, and refuses the two that would wait
+// longer.
+func ExampleWithMaxDelay() {
+	lim, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("2/100ms"), ratelimit.WithMaxDelay(100*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+	start := time.Now()
+	type result struct {
+		code   int
+		waited time.Duration
+	}
+	results := make(chan result, 6)
+	for i := 0; i < 6; i++ {
+		go func() {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = "203.0.113.7:4711"
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			results <- result{w.Code, time.Since(start)}
+		}()
+	}
+	served, held, refused := 0, 0, 0
+	for i := 0; i < 6; i++ {
+		switch r := <-results; {
+		case r.code == http.StatusTooManyRequests:
+			refused++
+		case r.waited >= 100*time.Millisecond:
+			held++
+		default:
+			served++
+		}
+	}
+	fmt.Println(served+held, "served,", held >= 2, "(at least two held for their turn),", refused, "refused")
+	// Output: 4 served, true (at least two held for their turn), 2 refused
+}
+
+// Count only failed logins: successes are refunded after the handler.
+func ExampleWithRefundIf() {
+	lim, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("2/15m"),
+		ratelimit.WithRefundIf(func(_ *http.Request, status int) bool { return status < 400 }))
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.FormValue("password") != "wonderland" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	for _, pw := range []string{"wonderland", "wonderland", "nope", "wonderland", "nope", "nope"} {
+		r := httptest.NewRequest(http.MethodPost, "/login?password="+pw, nil)
+		r.RemoteAddr = "203.0.113.7:4711"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Print(w.Code, " ")
+	}
+	fmt.Println()
+	// Output: 200 200 401 200 401 429
+}
+
+// Charge a retried request once: the same Idempotency-Key gets the first
+// decision again.
+func ExampleWithIdempotencyKey() {
+	lim, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("5/h"),
+		ratelimit.WithIdempotencyKey("Idempotency-Key"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for i := 0; i < 3; i++ {
+		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+		r.RemoteAddr = "203.0.113.7:4711"
+		r.Header.Set("Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Header().Get("RateLimit"))
+	}
 	// Output:
-	// ratelimit: WithTimeout(0s): timeout must be positive
+	// "default-1h";r=4;t=3600
+	// "default-1h";r=4;t=3600
+	// "default-1h";r=4;t=3600
+}
+
+// countOutcomes is an Observer that counts decisions by outcome.
+type countOutcomes map[string]int
+
+func (c countOutcomes) ObserveDecision(e ratelimit.DecisionEvent) { c[e.Outcome.String()]++ }
+
+func (c countOutcomes) ObserveStore(ratelimit.StoreEvent) {}
+
+func (c countOutcomes) ObserveCircuit(ratelimit.CircuitEvent) {}
+
+// Observers see every decision, store call and circuit change; the
+// metrics modules (metrics/prometheus, metrics/otel) are Observers.
+func ExampleWithObserver() {
+	seen := countOutcomes{}
+	lim, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("2/m"), ratelimit.WithObserver(seen))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		lim.Allow(context.Background(), "k")
+	}
+	fmt.Println(seen["allowed"], seen["denied"])
+	// Output: 2 1
+}
+
+// The default denied handler reads the Result the Limiter put in the
+// request's context. Here the context is built by hand, as a custom stack
+// or a test would.
+func ExampleDefaultDeniedHandler() {
+	res := ratelimit.Result{
+		Policy: ratelimit.MustParsePolicy("10/s, 120/m"),
+		Keys:   []string{"ip:203.0.113.7"},
+		Cost:   1,
+		Decision: ratelimit.Decision{
+			Limit:      0,
+			ResetAfter: time.Second,
+			RetryAfter: 250 * time.Millisecond,
+		},
+	}
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req = req.WithContext(ratelimit.NewContext(req.Context(), res))
+	rec := httptest.NewRecorder()
+
+	ratelimit.DefaultDeniedHandler().ServeHTTP(rec, req)
+	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
+	fmt.Print(rec.Body.String()) // the body ends with a newline
+	// Output:
+	// 429 application/problem+json
+	// {"type":"https://github.com/ratelimitkit/ratelimit#rate-limited","title":"Too Many Requests","status":429,"detail":"Rate limit \"default-1s\" (10 per 1s) exceeded. Retry in 1 second.","limit":"default-1s","quota":10,"window":1,"identifier":"ip","retry_after":1}
 }

@@ -115,53 +115,6 @@ func senModes() []senMode {
 	}
 }
 
-var senOK = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-
-// senServe serves r on h and returns the response and how long it took.
-func senServe(h http.Handler, r *http.Request) (*httptest.ResponseRecorder, time.Duration) {
-	w := httptest.NewRecorder()
-	start := time.Now()
-	h.ServeHTTP(w, r)
-	return w, time.Since(start)
-}
-
-// senPercentile returns the q-quantile (0..1) of ds, nearest rank.
-func senPercentile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
-
-// senViolations collects the first few violations seen by the load
-// goroutines, which must not call t.Fatal, and counts them all.
-type senViolations struct {
-	mu    sync.Mutex
-	n     int
-	first []string
-}
-
-func (v *senViolations) add(format string, args ...any) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.n++
-	if len(v.first) < 10 {
-		v.first = append(v.first, fmt.Sprintf(format, args...))
-	}
-}
-
-func (v *senViolations) report(t *testing.T) {
-	t.Helper()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.n > 0 {
-		t.Errorf("%d violations under load, the first ones:\n  %s", v.n, strings.Join(v.first, "\n  "))
-	}
-}
-
 // senErrMark is set by the error hook on the request it was called for.
 type senErrMark struct {
 	any, mayHaveRun atomic.Bool
@@ -254,7 +207,7 @@ func senFailover(t *testing.T, mode senMode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := lim.Handler(senOK)
+	h := lim.Handler(okHandler)
 	// peek reads a counter without charging (cost 0), from Redis only: no
 	// fallback, no circuit, and an error when Redis did not answer.
 	peek, err := ratelimit.New(st, senLoad, ratelimit.WithTimeout(time.Second), ratelimit.WithLogger(logger),
@@ -270,7 +223,7 @@ func senFailover(t *testing.T, mode senMode) {
 	var codes []int
 	for range 4 {
 		r, m := senRequest("denied-before", true)
-		w, _ := senServe(h, r)
+		w, _ := timedServe(h, r)
 		if !senDecided(w, m) {
 			t.Fatalf("before the kill: status %d, headers %v, store error %v: not decided by Redis", w.Code, w.Header(), m.any.Load())
 		}
@@ -291,7 +244,7 @@ func senFailover(t *testing.T, mode senMode) {
 		phase   atomic.Int32 // 0 healthy, 1 from the kill on
 		stop    = make(chan struct{})
 		wg      sync.WaitGroup
-		bad     senViolations
+		bad     violations
 		served  atomic.Int64
 		decided [2]atomic.Int64 // by phase
 		stats   [senClients]senClientStats
@@ -327,7 +280,7 @@ func senFailover(t *testing.T, mode senMode) {
 				// A new identity from the kill on: the first one's counter
 				// then holds only what the old master charged.
 				r, m := senRequest(fmt.Sprintf("load-%d-%d", g, ph), false)
-				w, took := senServe(h, r)
+				w, took := timedServe(h, r)
 				served.Add(1)
 				for m := maxLat.Load(); int64(took) > m && !maxLat.CompareAndSwap(m, int64(took)); m = maxLat.Load() {
 				}
@@ -376,21 +329,15 @@ func senFailover(t *testing.T, mode senMode) {
 	}
 	time.Sleep(senAfter)
 	stopLoad()
-	waited := make(chan struct{})
-	go func() { wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-time.After(guard + 5*time.Second):
-		t.Fatal("load clients still running 5s after stop: a request hangs")
-	}
-	bad.report(t)
+	waitStopped(t, &wg, guard, "load clients")
+	bad.report(t, "violations under load")
 
 	mu.Lock()
 	outage := slices.Clone(lats)
 	mu.Unlock()
 	t.Logf("%d requests by %d clients: %d decided by Redis before the kill, %d after; %d by the failure mode or fallback (latency p50 %v, p99 %v); slowest request %v (budget %v + slack %v)",
 		served.Load(), senClients, decided[0].Load(), decided[1].Load(), len(outage),
-		senPercentile(outage, 0.5), senPercentile(outage, 0.99), time.Duration(maxLat.Load()), mode.budget, senSlack)
+		percentile(outage, 0.5), percentile(outage, 0.99), time.Duration(maxLat.Load()), mode.budget, senSlack)
 	t.Logf("failover: sentinels name %s as master %v after the kill (down-after %v); Redis decides requests again after %v",
 		promoted, promotedAfter.Round(time.Millisecond), redistest.SentinelDownAfter, resumedAfter.Round(time.Millisecond))
 	if decided[0].Load() == 0 {
@@ -408,7 +355,7 @@ func senFailover(t *testing.T, mode senMode) {
 		var got []int
 		for len(got) < n {
 			r, m := senRequest(id, true)
-			w, took := senServe(h, r)
+			w, took := timedServe(h, r)
 			if took > guard {
 				t.Errorf("after the failover: a request took %v, over the guard %v", took, guard)
 			}

@@ -1,0 +1,37 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
+)
+
+// BlockFor keeps a key denied for a while once it went over a limit.
+func ExampleBlockFor() {
+	p := ratelimit.MustParsePolicy("2/m", ratelimit.BlockFor(10*time.Minute))
+	lim, _ := ratelimit.New(store.NewMemory(), p)
+	for i := 0; i < 3; i++ {
+		d, _ := lim.Allow(context.Background(), "k")
+		fmt.Println(d.Allowed, d.RetryAfter.Round(time.Second))
+	}
+	// Output:
+	// true 0s
+	// true 0s
+	// false 10m0s
+}
+
+// Reserves tells whether Limiter.Wait and WithMaxDelay reserve a place in
+// line in the same store call (every limit an exact log or a token bucket)
+// or wait and ask again.
+func ExamplePolicy_Reserves() {
+	fmt.Println(ratelimit.MustParsePolicy("10/s").Reserves())   // an exact log
+	fmt.Println(ratelimit.MustParsePolicy("1000/s").Reserves()) // sub-buckets
+	fmt.Println(ratelimit.MustParsePolicy("1000/s", ratelimit.WithAlgorithm(ratelimit.TokenBucket)).Reserves())
+	// Output:
+	// true
+	// false
+	// true
+}
