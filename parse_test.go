@@ -70,6 +70,9 @@ func TestParsePolicyErrors(t *testing.T) {
 			t.Errorf("ParsePolicy(%.40q): error %v, want one containing %q", c.in, err, c.wantText)
 		}
 	}
+	if p, err := ParsePolicy("10/s", Named("x"), nil); err == nil || p != nil || err.Error() != "ratelimit: ParsePolicy: option 1 is nil" {
+		t.Errorf("ParsePolicy with a nil option: %v, %v; want an error naming option 1", p, err)
+	}
 }
 
 // FuzzParsePolicy: any input gives a policy or an error, never a panic,

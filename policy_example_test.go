@@ -35,3 +35,21 @@ func ExamplePolicy_Reserves() {
 	// false
 	// true
 }
+
+// With copies a policy built with NewPolicy under another name, with a
+// penalty: limits named by default take the new name, and the copy's
+// counters are its own.
+func ExamplePolicy_With() {
+	api, _ := ratelimit.NewPolicy("api", ratelimit.SlidingWindow, ratelimit.PerMinute(5))
+	login, err := api.With(ratelimit.Named("login"), ratelimit.BlockFor(15*time.Minute))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(login.Name(), login.Limit(0).Name, login.BlockFor(), login.ID() != api.ID())
+	_, err = api.With(ratelimit.WithAlgorithm(ratelimit.TokenBucket))
+	fmt.Println(err)
+	// Output:
+	// login login-1m 15m0s true
+	// ratelimit: Policy.With: WithAlgorithm changes how the limits are counted: build another policy with NewPolicy or ParsePolicy
+}

@@ -163,3 +163,77 @@ func TestBlockForOption(t *testing.T) {
 		t.Fatalf("With(BlockFor(0)) gives ID %q, want the original %q", back.ID(), base.ID())
 	}
 }
+
+// TestPolicyWith: With copies a built policy under another name or
+// penalty, as ParsePolicy would have built it with those options, and
+// leaves p alone; it refuses the options that change how limits are
+// counted, nil options and invalid values.
+func TestPolicyWith(t *testing.T) {
+	named, err := NewPolicy("api", SlidingWindow, Limit{Rate: 10, Period: time.Second}, Limit{Rate: 100, Period: time.Minute, Name: "minute"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := MustParsePolicy("10/s", WithAlgorithm(TokenBucket), WithBurst(3), Named("tb"))
+	tests := []struct {
+		name string
+		p    *Policy
+		opts []PolicyOption
+		want *Policy // built directly; nil when With must fail
+		err  string
+	}{
+		{"nothing", named, nil, named, ""},
+		{"penalty", named, []PolicyOption{BlockFor(time.Minute)},
+			mustNewPolicy(t, "api", SlidingWindow, time.Minute, Limit{Rate: 10, Period: time.Second}, Limit{Rate: 100, Period: time.Minute, Name: "minute"}), ""},
+		{"name: default limit names follow, given ones stay", named, []PolicyOption{Named("login")},
+			mustNewPolicy(t, "login", SlidingWindow, 0, Limit{Rate: 10, Period: time.Second}, Limit{Rate: 100, Period: time.Minute, Name: "minute"}), ""},
+		{"empty name is the default", named, []PolicyOption{Named("")},
+			mustNewPolicy(t, DefaultPolicyName, SlidingWindow, 0, Limit{Rate: 10, Period: time.Second}, Limit{Rate: 100, Period: time.Minute, Name: "minute"}), ""},
+		{"the last option wins", named, []PolicyOption{BlockFor(time.Hour), BlockFor(0)}, named, ""},
+		{"token bucket keeps its burst", bucket, []PolicyOption{Named("tb2"), BlockFor(time.Second)},
+			MustParsePolicy("10/s", WithAlgorithm(TokenBucket), WithBurst(3), Named("tb2"), BlockFor(time.Second)), ""},
+		{"algorithm", named, []PolicyOption{WithAlgorithm(FixedWindow)}, nil, "WithAlgorithm changes how the limits are counted"},
+		{"precision", named, []PolicyOption{Named("ok"), WithPrecision(5)}, nil, "WithPrecision changes how the limits are counted"},
+		{"burst", bucket, []PolicyOption{WithBurst(5)}, nil, "WithBurst changes how the limits are counted"},
+		{"nil option", named, []PolicyOption{BlockFor(time.Second), nil}, nil, "Policy.With: option 1 is nil"},
+		{"bad penalty", named, []PolicyOption{BlockFor(time.Nanosecond)}, nil, "BlockFor(1ns)"},
+		{"bad name", named, []PolicyOption{Named("a b")}, nil, `policy name "a b"`},
+		{"nil policy", nil, []PolicyOption{BlockFor(time.Second)}, nil, "Policy.With: nil policy"},
+	}
+	for i, tt := range tests {
+		before := ""
+		if tt.p != nil {
+			before = tt.p.ID() + " " + tt.p.String() + " " + tt.p.BlockFor().String()
+		}
+		got, err := tt.p.With(tt.opts...)
+		if tt.want == nil {
+			if err == nil || got != nil || !strings.HasPrefix(err.Error(), "ratelimit: ") || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("step %d (%s): With = %v, %v; want an error with %q", i, tt.name, got, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("step %d (%s): %v", i, tt.name, err)
+		}
+		if got == tt.p {
+			t.Errorf("step %d (%s): With returned p itself, want a copy", i, tt.name)
+		}
+		if got.ID() != tt.want.ID() || got.Name() != tt.want.Name() || got.BlockFor() != tt.want.BlockFor() ||
+			got.Algorithm() != tt.want.Algorithm() || fmt.Sprint(got.Limits()) != fmt.Sprint(tt.want.Limits()) || got.header != tt.want.header {
+			t.Errorf("step %d (%s): With gives %s %q %v %v, want %s %q %v %v", i, tt.name,
+				got.ID(), got.Name(), got.BlockFor(), got.Limits(), tt.want.ID(), tt.want.Name(), tt.want.BlockFor(), tt.want.Limits())
+		}
+		if after := tt.p.ID() + " " + tt.p.String() + " " + tt.p.BlockFor().String(); after != before {
+			t.Errorf("step %d (%s): p changed from %q to %q", i, tt.name, before, after)
+		}
+	}
+}
+
+// mustNewPolicy builds a policy with a penalty, as With must.
+func mustNewPolicy(t *testing.T, name string, alg Algorithm, block time.Duration, limits ...Limit) *Policy {
+	t.Helper()
+	p, err := newPolicy(name, alg, limits, block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
