@@ -1,0 +1,23 @@
+// Package bridge carries what package ratelimit keeps unexported to the
+// packages of store writers (store/storekit) and of this module's stores:
+// a policy's layout, and the making and reading of receipts. Package
+// ratelimit fills it in at init; its values are typed loosely (any) only
+// because ratelimit imports this package, so it cannot import ratelimit.
+// Callers use the typed wrappers of store/storekit.
+package bridge
+
+import "github.com/ratelimitkit/ratelimit/internal/layout"
+
+var (
+	// Layout returns the layout of a *ratelimit.Policy.
+	Layout func(policy any) *layout.Policy
+	// NewReceipt returns the ratelimit.Receipt of a charge of cost,
+	// under a *ratelimit.Policy, for keys, with the store's marks.
+	NewReceipt func(policy any, keys []string, cost int64, marks []int64) any
+	// ReadReceipt returns what NewReceipt was given (a nil policy for the
+	// zero Receipt).
+	ReadReceipt func(receipt any) (policy any, keys []string, cost int64, marks []int64)
+	// CheckDecision reports a ratelimit.Decision that points outside its
+	// ratelimit.Request.
+	CheckDecision func(decision, request any) error
+)

@@ -1,0 +1,218 @@
+package layout
+
+// Version changes whenever the stores lay counters out differently, so
+// that a store never reads counters laid out by another version.
+const Version = 4
+
+// Kind is how a store counts one limit.
+type Kind uint8
+
+const (
+	// Buckets: sub-buckets, each with its cost and the time of its latest
+	// admission within it (SlidingWindow above ExactRateMax, or with a
+	// Precision).
+	Buckets Kind = iota
+	// Log: the times of the last Rate units of cost (SlidingLog, and
+	// SlidingWindow up to ExactRateMax).
+	Log
+	// Fixed: the aligned window's index and its cost (FixedWindow).
+	Fixed
+	// Token: the theoretical arrival time of GCRA (TokenBucket).
+	Token
+	// Approx: the aligned window's index, its cost and the previous
+	// window's cost (SlidingWindowApprox).
+	Approx
+)
+
+// Kinds lists every Kind with its name in the Redis script's prelude.
+var Kinds = [...]struct {
+	Kind Kind
+	Lua  string
+}{{Buckets, "K_BUCKETS"}, {Log, "K_LOG"}, {Fixed, "K_FIXED"}, {Token, "K_TOKEN"}, {Approx, "K_APPROX"}}
+
+// Limit is one limit as the stores count it. Times are microseconds.
+type Limit struct {
+	Kind Kind
+	// Capacity is the cost the limit admits at once: its Rate, or the
+	// token bucket's Burst.
+	Capacity int64
+	// Width is a sub-bucket (Buckets), the emission interval (Token), or
+	// the period (the others).
+	Width int64
+	// N is the number of sub-buckets (Buckets); 1 otherwise.
+	N int64
+	// Period is the limit's period.
+	Period int64
+	// Mem is the limit's first field in the memory store's state.
+	Mem int
+	// Hash is the limit's first field in the Redis hash (fields of limits
+	// are numbers from FirstHashField).
+	Hash int64
+	// Chunk is how many 16-digit times a Log packs into one hash field.
+	Chunk int64
+}
+
+// Policy is a policy as the stores count it.
+type Policy struct {
+	Limits []Limit
+	// MemFields is the length of an identity's state in the memory store.
+	MemFields int
+	// TTLMS is how long an identity's counters must outlive its last
+	// write, in milliseconds.
+	TTLMS int64
+	// Block is the policy's penalty (BlockFor), 0 when none.
+	Block int64
+	// Reserves reports whether every limit can record an admission in
+	// the future (a Log or a Token): a place in line can be reserved.
+	Reserves bool
+	// IDTTL is how long a request ID is remembered: the longest period.
+	IDTTL int64
+}
+
+// The memory store's identity fields, before the limits' own.
+const (
+	// MemTime is the time of the last charge: a request is never
+	// evaluated earlier, so a clock that steps back lengthens waits.
+	MemTime = iota
+	// MemBlock is when the penalty ends, 0 when none.
+	MemBlock
+	// MemBlockLimit is the index of the limit the penalty reports.
+	MemBlockLimit
+	// MemGen holds, in its low 32 bits, how many refunds the identity
+	// has had and, above them (GenEpoch), how many Resets cleared it.
+	MemGen
+	// MemFirst is the first limit's first field.
+	MemFirst
+)
+
+// GenEpoch is one Reset in MemGen (and in the hash field HashGen).
+const GenEpoch = 1 << 32
+
+// The Redis hash's identity fields. A limit's fields are the numbers from
+// FirstHashField on (the time of the last charge is the number 1).
+const (
+	HashTime       = "1" // MemTime
+	HashBlock      = "b" // MemBlock
+	HashBlockLimit = "l" // MemBlockLimit
+	HashGen        = "g" // MemGen
+	HashExpiry     = "x" // the time the key's expiry was last set to
+	HashResends    = "d" // resend IDs of the last charges (see ResendIDs)
+	HashPending    = "q" // pending reservations (see PendingDigits)
+	FirstHashField = 2
+)
+
+// Numbers the Redis script shares with the Go side.
+const (
+	// ResendIDLen is the length of a script call's resend ID.
+	ResendIDLen = 6
+	// ResendIDs is how many resend IDs a key remembers: its last charges'.
+	ResendIDs = 8
+	// MaxPending is the most pending reservations (distinct release
+	// times) an identity keeps.
+	MaxPending = 32
+	// PendingDigits is the length of one pending reservation in
+	// HashPending: 16 digits of release time, 10 of cost.
+	PendingDigits = 26
+	// Stride is how many numbers describe one limit to the script, at
+	// the positions below.
+	Stride = 7
+)
+
+// Positions of a limit's numbers among the script's parameters, from 1
+// after the limit's base (Lua counts from 1), named P_* in its prelude:
+// the Kind, Capacity, Width, N, Period, first hash field (Hash) and Chunk.
+const (
+	PKind = iota + 1
+	PCapacity
+	PWidth
+	PN
+	PPeriod
+	PHash
+	PChunk
+)
+
+// Params lists the limits' numbers as the script reads them, Stride per
+// limit in the order of the positions above.
+func (p *Policy) Params() []int64 {
+	out := make([]int64, 0, Stride*len(p.Limits))
+	for _, l := range p.Limits {
+		out = append(out, int64(l.Kind), l.Capacity, l.Width, l.N, l.Period, l.Hash, l.Chunk)
+	}
+	return out
+}
+
+// memFields returns how many memory-store fields the limit takes.
+func (l Limit) memFields() int {
+	switch l.Kind {
+	case Buckets:
+		return 1 + 2*int(l.N+1)
+	case Log:
+		return 1 + int(l.Capacity)
+	case Fixed:
+		return 2
+	case Token:
+		return 1
+	}
+	return 3
+}
+
+// hashFields returns how many hash fields a limit takes.
+func (l Limit) hashFields() int64 {
+	switch l.Kind {
+	case Buckets:
+		return 1 + 2*(l.N+1)
+	case Log:
+		return 1 + (l.Capacity+l.Chunk-1)/l.Chunk
+	case Fixed:
+		return 2
+	case Token:
+		return 1
+	}
+	return 3
+}
+
+// logChunk is how many 16-digit times a log packs into one hash field:
+// four (64 bytes, the most a small hash keeps in its compact encoding)
+// for the small logs of SlidingWindow (smallLog or less), 32 for larger.
+func logChunk(capacity, smallLog int64) int64 {
+	if capacity <= smallLog {
+		return 4
+	}
+	return 32
+}
+
+// Compile lays out limits (each with its Kind, Capacity, Width, N and
+// Period set) for both stores and returns the policy: smallLog is the
+// largest log packed four to a field; block the penalty (µs).
+func Compile(limits []Limit, block, smallLog int64) *Policy {
+	p := &Policy{Limits: limits, Block: block, Reserves: true}
+	mem, hash := MemFirst, int64(FirstHashField)
+	ttl := block
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		if l.Kind == Log {
+			l.Chunk = logChunk(l.Capacity, smallLog)
+		}
+		l.Mem, l.Hash = mem, hash
+		mem += l.memFields()
+		hash += l.hashFields()
+		if l.Kind != Log && l.Kind != Token {
+			p.Reserves = false
+		}
+		p.IDTTL = max(p.IDTTL, l.Period)
+		// How long after its last write, at t, the counters still matter.
+		switch l.Kind {
+		case Buckets:
+			ttl = max(ttl, l.Period+l.Width) // a sub-bucket counts until its latest admission + Period
+		case Approx:
+			ttl = max(ttl, 2*l.Period) // the window of t is weighed until the next one ends
+		case Token:
+			ttl = max(ttl, l.Width*l.Capacity) // the TAT is at most t + Burst × interval
+		default:
+			ttl = max(ttl, l.Period) // the newest unit, the window of t: until t + Period
+		}
+	}
+	p.MemFields = mem
+	p.TTLMS = (ttl + 999) / 1000
+	return p
+}

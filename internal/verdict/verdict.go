@@ -1,0 +1,134 @@
+// Package verdict builds a ratelimit.Decision from the state of every
+// limit of every key, as the memory and Redis stores both answer: the
+// most restrictive limit heads the decision.
+package verdict
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
+)
+
+// Status is one limit's state for one key, in microseconds. Retry is 0
+// when the limit had room, -1 when the cost exceeds its capacity.
+type Status struct {
+	Rem, Reset, Retry int64
+}
+
+// Skewed moves a status computed at time t = now + skew (the last charge's
+// time, when the clock stepped back) to now: waits get longer by the step,
+// so a Retry-After is never early.
+func Skewed(s Status, skew int64) Status {
+	if skew > 0 {
+		if s.Retry > 0 {
+			s.Retry += skew
+		}
+		if s.Reset > 0 {
+			s.Reset += skew
+		}
+	}
+	return s
+}
+
+// worse reports whether a is more restrictive than b: a denial beats an
+// admission; between denials the later retry (Never latest); between
+// admissions the smaller remaining, then the longer reset. Ties keep b, so
+// folding in order keeps the first of equals.
+func worse(a, b Status) bool {
+	aDenied, bDenied := a.Retry != 0, b.Retry != 0
+	if aDenied != bDenied {
+		return aDenied
+	}
+	if aDenied {
+		if b.Retry < 0 {
+			return false
+		}
+		return a.Retry < 0 || a.Retry > b.Retry
+	}
+	if a.Rem != b.Rem {
+		return a.Rem < b.Rem
+	}
+	return a.Reset > b.Reset
+}
+
+// Fold merges the status of limit i for key ki into d.Limits[i]; first
+// says no status of that limit was folded before.
+func Fold(d *ratelimit.Decision, i, ki int, s Status, first bool) {
+	cur := &d.Limits[i]
+	if !first && !worse(s, toStatus(*cur)) {
+		return
+	}
+	*cur = ratelimit.LimitStatus{
+		Key:        ki,
+		Allowed:    s.Retry == 0,
+		Remaining:  s.Rem,
+		ResetAfter: time.Duration(s.Reset) * time.Microsecond,
+		RetryAfter: retryDuration(s.Retry),
+	}
+}
+
+func retryDuration(us int64) time.Duration {
+	if us < 0 {
+		return ratelimit.Never
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+func toStatus(l ratelimit.LimitStatus) Status {
+	retry := l.RetryAfter.Microseconds()
+	if l.RetryAfter == ratelimit.Never {
+		retry = -1
+	}
+	return Status{Rem: l.Remaining, Reset: l.ResetAfter.Microseconds(), Retry: retry}
+}
+
+// Finish picks the most restrictive limit of d.Limits as the decision's
+// headline and sets Allowed.
+func Finish(d *ratelimit.Decision, allowed bool) {
+	d.Allowed = allowed
+	best := 0
+	for i := 1; i < len(d.Limits); i++ {
+		if worse(toStatus(d.Limits[i]), toStatus(d.Limits[best])) {
+			best = i
+		}
+	}
+	l := d.Limits[best]
+	d.Limit, d.Key = best, l.Key
+	d.Remaining, d.ResetAfter = l.Remaining, l.ResetAfter
+	d.RetryAfter = 0
+	if !allowed {
+		d.RetryAfter = l.RetryAfter
+	}
+}
+
+// ReserveUS converts a reservation's maximum delay to µs, bounded by
+// ratelimit.MaxSpan.
+func ReserveUS(d time.Duration) int64 {
+	return min(max(d, 0), ratelimit.MaxSpan).Microseconds()
+}
+
+// Charge returns what a refund of r needs from a receipt of this module's
+// stores, or an error wrapping ratelimit.ErrInvalidRequest when r was not
+// made by their rules: per key, the time of the charge, the key's refund
+// count then and one mark per limit. The zero Receipt gives a nil Policy
+// and no error.
+func Charge(r ratelimit.Receipt) (storekit.Charge, error) {
+	c := storekit.ChargeOf(r)
+	if c.Policy == nil {
+		return c, nil
+	}
+	if err := storekit.Validate(ratelimit.Request{Policy: c.Policy, Keys: c.Keys}); err != nil {
+		return storekit.Charge{}, err
+	}
+	if len(c.Marks) != len(c.Keys)*MarksPerKey(c.Policy) || c.Cost < 0 {
+		return storekit.Charge{}, fmt.Errorf("ratelimit/store: %w: receipt with %d marks for %d keys and %d limits", ratelimit.ErrInvalidRequest, len(c.Marks), len(c.Keys), c.Policy.NumLimits())
+	}
+	return c, nil
+}
+
+// MarksPerKey is how many marks a receipt keeps per key under p: the time
+// of the charge, the key's refund count then, and one per limit (a token
+// bucket's TAT right after the charge, else 0).
+func MarksPerKey(p *ratelimit.Policy) int { return 2 + p.NumLimits() }
