@@ -1,0 +1,240 @@
+package memory
+
+import (
+	"github.com/ratelimitkit/ratelimit/internal/layout"
+)
+
+// This file is the reference of the algorithms, one limit at a time:
+// evaluate at a time and a cost, report, charge, refund. The Redis script
+// (store/redis/script.lua) mirrors it: the same state (internal/layout),
+// the same integer arithmetic (microseconds; the approximation's one
+// weighted product in IEEE doubles, computed in the same order), the same
+// order of decisions. The conformance suite (store/storetest) holds the
+// two to identical answers.
+
+// eval is one limit of one identity evaluated at a time t (never earlier
+// than the last charge) for a cost c.
+type eval struct {
+	// used: buckets, fixed: the cost counted; token: the TAT, pending
+	// reservations included, clamped to t;
+	// approx: the current window's cost. total: buckets: the ring's sum
+	// once the sub-buckets that left it are taken out; approx: the
+	// previous window's cost.
+	used, total int64
+	avail       int64 // the cost admissible at t (≥ 0)
+	retry       int64 // 0: c fits at t; -1: c never fits; else µs until it fits
+}
+
+// evaluate computes e for one limit at time t and cost c. A cost above the
+// capacity is answered before any arithmetic on it, so no cost, however
+// large, can overflow; times are subtracted before they are added, so no
+// sum of times passes 2^53 (exact in Redis Lua) before 2175 (see ratelimit.MaxSpan).
+func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
+	st := k.st
+	switch p.Kind {
+	case layout.Log:
+		// Cost c fits at t when the units of the log and of the pending
+		// reservations that count after t-Period are at most capacity-c:
+		// the c-th oldest of the last capacity units is older than that.
+		e.avail = logAvail(k, p, t)
+		if c > p.Capacity {
+			e.retry = -1
+		} else if free := logUnit(k, p, c-1) + p.Period; free > t {
+			e.retry = free - t
+		}
+	case layout.Buckets:
+		w, n1 := p.Width, p.N+1
+		k, h := t/w, st[layout.MemTime]/w
+		cnt, lat := st[p.Mem+1:p.Mem+1+int(n1)], st[p.Mem+1+int(n1):p.Mem+1+2*int(n1)]
+		if k-h < n1 {
+			// Buckets h-n .. k-n-1 left the ring; their slots follow h's.
+			e.total = st[p.Mem]
+			for b := h + 1; b <= k; b++ {
+				e.total -= cnt[b%n1]
+			}
+			e.used = e.total
+			// The edge bucket k-n counts until its latest admission + Period.
+			if s := (k + 1) % n1; cnt[s] != 0 && lat[s] <= t-k*w {
+				e.used -= cnt[s]
+			}
+		}
+		e.avail = p.Capacity - e.used
+		switch {
+		case c > p.Capacity:
+			e.retry = -1
+		case e.used+c > p.Capacity:
+			// Counted buckets, oldest first, free up one Period after their
+			// latest admission: k-n (unless it left already) .. h.
+			need, freed := e.used+c-p.Capacity, int64(0)
+			for b := k - p.N; b <= h; b++ {
+				s := b % n1
+				if cnt[s] == 0 || b == k-p.N && lat[s] <= t-k*w {
+					continue
+				}
+				if freed += cnt[s]; freed >= need {
+					e.retry = (b+p.N)*w + lat[s] - t
+					break
+				}
+			}
+		}
+	case layout.Fixed:
+		if st[p.Mem] == t/p.Width {
+			e.used = st[p.Mem+1]
+		}
+		e.avail = p.Capacity - e.used
+		switch {
+		case c > p.Capacity:
+			e.retry = -1
+		case e.used+c > p.Capacity:
+			e.retry = (t/p.Width+1)*p.Width - t
+		}
+	case layout.Token:
+		e.used = max(tokenTAT(k, p), t)
+		limit := p.Capacity * p.Width // ≤ MaxSpan: NewPolicy bounds burst × interval
+		if x := limit - (e.used - t); x > 0 {
+			e.avail = x / p.Width
+		}
+		if c > p.Capacity {
+			e.retry = -1
+		} else if next := (e.used - t) + c*p.Width; next > limit {
+			e.retry = next - limit
+		}
+	case layout.Approx:
+		e.used, e.total = approxWindows(st, p, t)
+		e.avail = approxAvail(p, t, e.used, e.total)
+		switch {
+		case c > p.Capacity:
+			e.retry = -1
+		case c > e.avail:
+			e.retry = approxRetry(st, p, t, e, c)
+		}
+	}
+	return e
+}
+
+// report computes the remaining cost and the time until the whole quota is
+// back for one limit evaluated at t (e), after charging ch at t.
+func report(k *counters, t int64, p *layout.Limit, e *eval, ch int64) (rem, reset int64) {
+	st := k.st
+	rem = e.avail - ch
+	switch p.Kind {
+	case layout.Log:
+		newest := logUnit(k, p, p.Capacity-1)
+		if ch > 0 {
+			newest = max(newest, t)
+		}
+		reset = max(newest+p.Period-t, 0)
+	case layout.Buckets:
+		if ch > 0 {
+			return rem, p.Period // its latest admission is now
+		}
+		w, n1 := p.Width, p.N+1
+		k, h := t/w, st[layout.MemTime]/w
+		cnt, lat := st[p.Mem+1:p.Mem+1+int(n1)], st[p.Mem+1+int(n1):p.Mem+1+2*int(n1)]
+		if k-h >= n1 {
+			return rem, 0
+		}
+		for b := h; b >= k-p.N; b-- {
+			s := b % n1
+			if cnt[s] == 0 || b == k-p.N && lat[s] <= t-k*w {
+				continue
+			}
+			return rem, (b+p.N)*w + lat[s] - t
+		}
+	case layout.Fixed:
+		if e.used+ch > 0 {
+			reset = (t/p.Width+1)*p.Width - t
+		}
+	case layout.Token:
+		ahead := (e.used - t) + ch*p.Width // the TAT after the charge, from t
+		rem = 0
+		if x := p.Capacity*p.Width - ahead; x > 0 {
+			rem = x / p.Width
+		}
+		reset = ahead
+	case layout.Approx:
+		k := t / p.Width
+		if e.used+ch > 0 {
+			reset = (k+2)*p.Width - t
+		} else if e.total > 0 {
+			reset = (k+1)*p.Width - t
+		}
+	}
+	return rem, reset
+}
+
+// charge adds cost c to one limit's fields at time t (e is its evaluation
+// at t), t being no earlier than any time the fields hold. Field layout.MemTime is
+// set by the caller once every limit is charged.
+func charge(st []int64, t int64, p *layout.Limit, e *eval, c int64) {
+	switch p.Kind {
+	case layout.Log, layout.Token:
+		chargeUnits(st, t, p, c)
+	case layout.Buckets:
+		w, n1 := p.Width, p.N+1
+		k, h := t/w, st[layout.MemTime]/w
+		cnt, lat := st[p.Mem+1:p.Mem+1+int(n1)], st[p.Mem+1+int(n1):p.Mem+1+2*int(n1)]
+		if k-h >= n1 {
+			clear(cnt)
+			clear(lat)
+		} else {
+			for b := h + 1; b <= k; b++ {
+				cnt[b%n1], lat[b%n1] = 0, 0
+			}
+		}
+		cnt[k%n1] += c
+		lat[k%n1] = t - k*w
+		st[p.Mem] = e.total + c
+	case layout.Fixed:
+		st[p.Mem] = t / p.Width
+		st[p.Mem+1] = e.used + c
+	case layout.Approx:
+		st[p.Mem], st[p.Mem+1], st[p.Mem+2] = t/p.Width, e.used+c, e.total
+	}
+}
+
+// refund undoes, as far as it still counts at now, a charge of cost c made
+// at time at on one limit, never below zero and never un-charging another
+// charge's units. tat is the token bucket's TAT right after that charge,
+// and sameGen reports that no refund came between the charge and this one.
+func refund(st []int64, now, at int64, p *layout.Limit, c, tat int64, sameGen bool) {
+	switch p.Kind {
+	case layout.Log:
+		if at+p.Period > now { // else it counts no more: nothing to undo
+			refundLog(st, at, p, c)
+		}
+	case layout.Buckets:
+		n1 := p.N + 1
+		b, h := at/p.Width, st[layout.MemTime]/p.Width
+		if b <= h && b > h-n1 {
+			s := p.Mem + 1 + int(b%n1)
+			back := min(c, st[s])
+			st[s] -= back
+			st[p.Mem] -= back
+		}
+	case layout.Fixed:
+		if st[p.Mem] == at/p.Width {
+			st[p.Mem+1] -= min(c, st[p.Mem+1])
+		}
+	case layout.Token:
+		// While only charges followed it, the charge still counts by at
+		// least TAT-after-it minus the time of the latest charge since (the
+		// debt it added can only have run out between charges; every
+		// charge in the fields, a folded reservation included, was made at
+		// or before layout.MemTime), and by at most its own cost. Another refund in
+		// between may have lowered the TAT below what that bound assumes:
+		// then nothing is given back (the charge stays, which never
+		// over-admits). Pending reservations are not in the TAT: they
+		// are charged over it, and a lower TAT never makes them count less.
+		if sameGen {
+			st[p.Mem] -= min(c*p.Width, max(tat-st[layout.MemTime], 0))
+		}
+	case layout.Approx:
+		switch k := at / p.Width; st[p.Mem] {
+		case k:
+			st[p.Mem+1] -= min(c, st[p.Mem+1])
+		case k + 1:
+			st[p.Mem+2] -= min(c, st[p.Mem+2])
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package memory
+
+import (
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/bridge"
+	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/internal/verdict"
+)
+
+// This file runs one request on the states of its keys: the decision both
+// stores make, written once for the memory store and mirrored by
+// lua/take.lua (the Redis Cluster path runs it one key at a time).
+
+// op is what a request asks besides its keys.
+type op struct {
+	cost     int64 // 0 peeks
+	upTo     bool  // grant the largest cost ≤ cost that fits (Granter)
+	maxDelay int64 // µs; > 0 reserves a place in line up to that far (Reserver)
+}
+
+// keyState is one key's state and, after run, its outcome.
+type keyState struct {
+	counters
+	t0      int64            // max(now, its last charge): a key is never evaluated earlier
+	t       int64            // the time it is evaluated at: t0, or a reservation's release time
+	skew    int64            // t0 - now when the clock stepped back, else 0
+	at      int64            // when it was charged (t: t0, or the reservation's release time)
+	stats   []verdict.Status // one per limit, set by run (the caller gives the room)
+	charged bool
+	blocked bool    // a penalty was set or is running: the state changed though not charged
+	tats    []int64 // one per limit: a token bucket's TAT after the charge (the caller gives the room)
+}
+
+// outcome is the request's result.
+type outcome struct {
+	allowed bool
+	granted int64
+	release int64 // > now when a place in line was reserved
+}
+
+// run decides one request for keys at time now and applies it to their
+// states: every limit of every key is evaluated; only if all have room (or,
+// reserving, all will by now+maxDelay) are all charged. A denial may set a
+// penalty (BlockFor). keys[i].stats receive each limit's status, as the
+// reply reports it.
+func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64, o op) outcome {
+	block := pol.BlockFor().Microseconds()
+	c1 := o.cost
+	if c1 == 0 {
+		c1 = 1 // a peek asks whether a request of cost 1 would fit
+	}
+	var evs [ratelimit.MaxKeys][ratelimit.MaxLimits]eval
+	blockedAny, queueFull := false, false
+	for _, k := range keys {
+		k.t0 = max(now, k.st[layout.MemTime])
+		k.t, k.skew = k.t0, k.t0-now
+		if k.st[layout.MemBlock] > k.t0 {
+			blockedAny = true
+		}
+		if len(k.pend) >= maxPending {
+			queueFull = true
+		}
+	}
+	granted := o.cost
+	if o.upTo {
+		// The grant is what every limit of every key has room for now.
+		for ki, k := range keys {
+			for i := range lim {
+				evs[ki][i] = evaluate(&k.counters, k.t, &lim[i], 1)
+				granted = min(granted, evs[ki][i].avail)
+			}
+		}
+		if blockedAny {
+			granted = 0
+		}
+		if granted > 0 {
+			c1 = granted
+			for ki := range keys {
+				for i := range lim {
+					evs[ki][i].retry = 0
+				}
+			}
+		}
+	} else {
+		for ki, k := range keys {
+			for i := range lim {
+				evs[ki][i] = evaluate(&k.counters, k.t, &lim[i], c1)
+			}
+		}
+	}
+	allowed := !blockedAny && (!o.upTo || granted > 0)
+	for ki := range keys {
+		for i := range lim {
+			if evs[ki][i].retry != 0 {
+				allowed = false
+			}
+		}
+	}
+	var release int64
+	if !allowed && o.maxDelay > 0 && o.cost > 0 && !o.upTo && !blockedAny && !queueFull && bridge.Layout(pol).Reserves {
+		// Reserve: the request is admitted when the last limit has room.
+		release = now
+		never := false
+		for ki, k := range keys {
+			for i := range lim {
+				if r := evs[ki][i].retry; r < 0 {
+					never = true
+				} else {
+					release = max(release, k.t+r)
+				}
+			}
+		}
+		if !never && release-now <= o.maxDelay {
+			allowed = true
+			for ki, k := range keys {
+				k.t = max(release, k.t0)
+				for i := range lim {
+					evs[ki][i] = evaluate(&k.counters, k.t, &lim[i], c1)
+				}
+			}
+		} else {
+			release = 0
+		}
+	}
+	charged := int64(0)
+	if allowed {
+		charged = o.cost
+		if o.upTo {
+			charged = granted
+		}
+	} else {
+		granted = 0
+	}
+	for ki, k := range keys {
+		for i := range lim {
+			e := &evs[ki][i]
+			rem, reset := report(&k.counters, k.t, &lim[i], e, charged)
+			k.stats[i] = verdict.Status{Rem: rem, Reset: reset, Retry: e.retry}
+		}
+		k.at = k.t
+		if charged > 0 {
+			// Reservations released by t0 join the fields first, so that
+			// the fields hold every charge up to t0, in order of time.
+			k.fold(lim, k.t0)
+			if k.t > k.t0 {
+				// A place in line: pending until a charge at or after its
+				// release folds it in. A token bucket's mark is the least
+				// its TAT can be right after it (see refund).
+				k.reserve(k.t, charged)
+				for i := range lim {
+					if lim[i].Kind == layout.Token {
+						k.tats[i] = k.t + charged*lim[i].Width
+					}
+				}
+			} else {
+				for i := range lim {
+					charge(k.st, k.t, &lim[i], &evs[ki][i], charged)
+					if lim[i].Kind == layout.Token {
+						k.tats[i] = k.st[lim[i].Mem]
+					}
+				}
+			}
+			k.st[layout.MemTime] = k.t0
+			k.charged = true
+		}
+		// Penalties: a running one denies and says how long it lasts; a
+		// denial starts one on each key whose limits denied.
+		if b := k.st[layout.MemBlock]; b > k.t0 {
+			i := int(k.st[layout.MemBlockLimit])
+			s := &k.stats[i]
+			if s.Retry >= 0 {
+				s.Retry = max(s.Retry, b-k.t0)
+			}
+			s.Reset, s.Rem = max(s.Reset, b-k.t0), 0
+		} else if !allowed && block > 0 && o.cost > 0 {
+			worst := -1
+			for i, s := range k.stats {
+				if s.Retry > 0 && (worst < 0 || s.Retry > k.stats[worst].Retry) {
+					worst = i
+				}
+			}
+			if worst >= 0 {
+				k.st[layout.MemBlock], k.st[layout.MemBlockLimit] = k.t0+block, int64(worst)
+				s := &k.stats[worst]
+				s.Retry, s.Reset, s.Rem = max(s.Retry, block), max(s.Reset, block), 0
+				k.blocked = true
+			}
+		}
+		if release == 0 {
+			for i := range k.stats {
+				k.stats[i] = verdict.Skewed(k.stats[i], k.skew)
+			}
+		}
+	}
+	return outcome{allowed: allowed, granted: charged, release: release}
+}

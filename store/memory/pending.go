@@ -1,0 +1,115 @@
+package memory
+
+import (
+	"math"
+	"slices"
+
+	"github.com/ratelimitkit/ratelimit/internal/layout"
+)
+
+// reservation is one pending reservation: cost units released at time at.
+type reservation struct{ at, cost int64 }
+
+// maxPending is the most pending reservations (distinct release times)
+// an identity keeps. A request that would need one more is not reserved:
+// it is denied with the wait until it fits, and Limiter.Wait waits that
+// long and asks again.
+const maxPending = layout.MaxPending
+
+// counters is one identity's state as the algorithms read it.
+type counters struct {
+	st   []int64
+	pend []reservation // in order of release
+	held int64         // the units pend holds
+}
+
+// chargeUnits adds c units at time t to a log or a token bucket, from its
+// fields alone: a charge made now, or a reservation folded in.
+func chargeUnits(st []int64, t int64, p *layout.Limit, c int64) {
+	if p.Kind == layout.Token {
+		st[p.Mem] = max(st[p.Mem], t) + c*p.Width
+		return
+	}
+	ptr := st[p.Mem]
+	for i := int64(0); i < c; i++ {
+		st[p.Mem+1+int((ptr+i)%p.Capacity)] = t
+	}
+	st[p.Mem] = (ptr + c) % p.Capacity
+}
+
+// tokenTAT is a token bucket's theoretical arrival time with the pending
+// reservations charged in order of release.
+func tokenTAT(k *counters, p *layout.Limit) int64 {
+	tat := k.st[p.Mem]
+	for _, r := range k.pend {
+		tat = max(tat, r.at) + r.cost*p.Width
+	}
+	return tat
+}
+
+// logUnit returns the time of the i-th oldest (0-based) of the last
+// capacity units of a log, its pending reservations' units coming after
+// its slots.
+func logUnit(k *counters, p *layout.Limit, i int64) int64 {
+	j := k.held + i
+	if j < p.Capacity {
+		return logSlot(k.st, p, j)
+	}
+	j -= p.Capacity
+	for _, r := range k.pend {
+		if j < r.cost {
+			return r.at
+		}
+		j -= r.cost
+	}
+	return math.MaxInt64 // not reached: i < capacity
+}
+
+// reserve records a reservation of cost c released at t, in order of
+// release (after those released at the same time, with which it merges).
+func (k *counters) reserve(t, c int64) {
+	i := len(k.pend)
+	for i > 0 && k.pend[i-1].at > t {
+		i--
+	}
+	if i > 0 && k.pend[i-1].at == t {
+		k.pend[i-1].cost += c
+	} else {
+		k.pend = slices.Insert(k.pend, i, reservation{t, c})
+	}
+	k.held += c
+}
+
+// fold charges the pending reservations released by t into the fields,
+// in order of release, before a charge at t.
+func (k *counters) fold(lim []layout.Limit, t int64) {
+	n := 0
+	for n < len(k.pend) && k.pend[n].at <= t {
+		r := k.pend[n]
+		for i := range lim {
+			chargeUnits(k.st, r.at, &lim[i], r.cost)
+		}
+		k.held -= r.cost
+		n++
+	}
+	if n > 0 {
+		k.pend = slices.Delete(k.pend, 0, n)
+	}
+}
+
+// unreserve takes c units of the pending reservation released at t out of
+// it, and reports whether there was one.
+func (k *counters) unreserve(t, c int64) bool {
+	for i, r := range k.pend {
+		if r.at == t {
+			back := min(c, r.cost)
+			k.pend[i].cost -= back
+			k.held -= back
+			if k.pend[i].cost == 0 {
+				k.pend = slices.Delete(k.pend, i, i+1)
+			}
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,7 @@
+//go:build race
+
+package memory
+
+// raceDetector reports whether the tests run under -race, where memory
+// operations cost several times more: flood tests shrink to fit their time.
+const raceDetector = true

@@ -1,7 +1,0 @@
-//go:build !race
-
-package store
-
-// raceDetector reports whether the tests run under -race, where memory
-// operations cost several times more: flood tests shrink to fit their time.
-const raceDetector = false

@@ -1,0 +1,213 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/bridge"
+	"github.com/ratelimitkit/ratelimit/internal/layout"
+)
+
+// takeCluster runs one request whose keys live in different slots: each
+// key's script is its own command, all sent at once (one round trip in
+// parallel). Every master's answer is awaited, up to three quarters of the
+// budget, so that a denial reports the longest wait any master gave; masters
+// that never answered are left out. Charges made for a request that is not
+// admitted (or, granting, beyond the smallest grant) are refunded off the
+// request's path.
+func (r *Store) takeCluster(ctx context.Context, req ratelimit.Request, o call, prep *prepared, keys, idKeys []string, now int64) (ratelimit.Decision, error) {
+	nl := req.Policy.NumLimits()
+	o.maxDelay = 0 // each master would reserve its own time: no reservations across masters
+	pctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		// End the calls at three quarters of the budget, leaving time to
+		// answer with what the live masters said.
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)*3/4))
+		defer cancel()
+	}
+	answers := make(chan keyAnswer, len(keys))
+	for i := range keys {
+		rid := r.resendID(ctx) // one per command: each is sent, and resent, on its own
+		go func(i int) {
+			ks := keys[i : i+1]
+			if idKeys != nil {
+				ks = []string{keys[i], idKeys[i]}
+			}
+			rep, err := r.runOnNode(pctx, prep.script, ks, prep.takeArgs(now, o, rid, idKeys != nil))
+			err = resendErr(err)
+			if err == nil {
+				err = checkReply(rep, 1, nl)
+			}
+			answers <- keyAnswer{i, rep, err}
+		}(i)
+	}
+	replies := make([][]int64, len(keys))
+	var failed error
+	pending := len(keys)
+collect:
+	for pending > 0 {
+		var a keyAnswer
+		select {
+		case a = <-answers:
+		case <-pctx.Done():
+			select { // an answer that arrived with the deadline still counts
+			case a = <-answers:
+			default:
+				break collect
+			}
+		}
+		pending--
+		if a.err != nil {
+			failed = fmt.Errorf("ratelimit/store: redis: key %d: %w", a.i, a.err)
+			continue
+		}
+		replies[a.i] = a.rep
+	}
+	denied, grant := false, o.cost
+	for _, rep := range replies {
+		if rep == nil {
+			continue
+		}
+		if rep[rAllowed] == 0 {
+			denied = true
+		}
+		grant = min(grant, rep[rGranted])
+	}
+	allowed := !denied && failed == nil && pending == 0
+	// Give back what the request was charged and will not use.
+	refunds := &refunder{r: r, pol: req.Policy}
+	for ki, rep := range replies {
+		if rep == nil {
+			continue
+		}
+		part := rep[rHeader:]
+		if part[0] != kindCharged {
+			continue
+		}
+		back := rep[rGranted]
+		if allowed {
+			back -= grant
+		}
+		if back <= 0 {
+			continue
+		}
+		m := make([]int64, 0, 2+nl)
+		m = append(m, part[1], part[2])
+		for i := 0; i < nl; i++ {
+			m = append(m, part[3+4*i+3])
+		}
+		refunds.add(keys[ki], back, slices.Clone(m))
+		// Report this key as if it had not been charged what comes back;
+		// its receipt's TATs are those after the grant alone.
+		lay := bridge.Layout(req.Policy)
+		for i := 0; i < nl; i++ {
+			part[3+4*i] += back
+			if l := lay.Limits[i]; l.Kind == layout.Token {
+				part[3+4*i+3] -= back * l.Width
+			}
+		}
+		if !allowed {
+			part[0] = kindDecided
+		}
+		rep[rGranted] -= back
+	}
+	if pending > 0 || len(refunds.keys) > 0 {
+		r.refunds.Add(1)
+		go func() {
+			defer r.refunds.Done()
+			refunds.run(answers, pending, keys, o, grant, allowed, nl)
+		}()
+	}
+	if !denied && (failed != nil || pending > 0) {
+		if failed == nil {
+			failed = fmt.Errorf("ratelimit/store: redis: %d of %d keys got no answer: %w", pending, len(keys), context.DeadlineExceeded)
+		}
+		return ratelimit.Decision{}, failed // no key denied, some could not decide
+	}
+	var got [][]int64
+	var gotKeys []string
+	for ki, rep := range replies {
+		if rep != nil {
+			if !allowed {
+				rep[rAllowed] = 0
+			}
+			rep[rGranted] = grant
+			got = append(got, rep)
+			gotKeys = append(gotKeys, req.Keys[ki])
+		}
+	}
+	sub := req
+	sub.Keys = gotKeys
+	d := decide(sub, got, nl)
+	// Indexes refer to the request's keys, not to those that answered.
+	remap := make([]int, 0, len(gotKeys))
+	for ki, rep := range replies {
+		if rep != nil {
+			remap = append(remap, ki)
+		}
+	}
+	d.Key = remap[d.Key]
+	for i := range d.Limits {
+		d.Limits[i].Key = remap[d.Limits[i].Key]
+	}
+	if !allowed {
+		d.Granted, d.Receipt = 0, ratelimit.Receipt{}
+	}
+	return d, nil
+}
+
+// keyAnswer is one key's script reply in a Redis Cluster request.
+type keyAnswer struct {
+	i   int
+	rep []int64
+	err error
+}
+
+// refundTimeout bounds the background refunds of a Cluster request.
+const refundTimeout = 2 * time.Second
+
+// refunder takes back charges a Cluster request will not use.
+type refunder struct {
+	r     *Store
+	pol   *ratelimit.Policy
+	keys  []string
+	costs []int64
+	marks [][]int64
+}
+
+func (f *refunder) add(key string, cost int64, marks []int64) {
+	f.keys = append(f.keys, key)
+	f.costs = append(f.costs, cost)
+	f.marks = append(f.marks, marks)
+}
+
+// run waits for the answers still pending (those that charged are refunded
+// too: the request did not wait for them), then refunds everything.
+func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, o call, grant int64, allowed bool, nl int) {
+	ctx, cancel := context.WithTimeout(context.Background(), refundTimeout)
+	defer cancel()
+	for ; pending > 0; pending-- {
+		select {
+		case a := <-answers:
+			if a.err == nil && a.rep[rHeader] == kindCharged && a.rep[rGranted] > 0 {
+				m := []int64{a.rep[rHeader+1], a.rep[rHeader+2]}
+				for i := 0; i < nl; i++ {
+					m = append(m, a.rep[rHeader+3+4*i+3])
+				}
+				f.add(keys[a.i], a.rep[rGranted], m)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+	if len(f.keys) > 0 {
+		prep := f.r.scripts.prepare(f.pol, f.r.ttlExtra.Milliseconds())
+		runEach(ctx, f.r.client, prep.script, f.keys, func(i int) []any {
+			return prep.refundArgs(f.r.nowUS(), f.costs[i], f.marks[i])
+		})
+	}
+}

@@ -1,0 +1,88 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Option configures NewRedis.
+type Option func(*Store)
+
+// WithPrefix sets the key prefix (default DefaultPrefix, "rl:"), to
+// namespace applications sharing one Redis. Printable ASCII without braces,
+// at most 64 bytes.
+func WithPrefix(prefix string) Option { return func(r *Store) { r.prefix = prefix } }
+
+// WithClock makes the scripts read now() instead of Redis TIME: for
+// conformance tests (store/storetest) and replays, which drive one clock
+// for several stores. Never set it in production: a fleet's servers would
+// each count on their own clock. Redis still expires keys in real time,
+// which must not cut a replayed trace short on a slow machine, so keys are
+// kept an hour longer (expired state reads as empty either way, so the
+// longer life changes no decision).
+func WithClock(now func() time.Time) Option {
+	return func(r *Store) { r.now, r.ttlExtra = now, time.Hour }
+}
+
+// NewRedis returns a Store on client: a *goredis.Client (single Redis or
+// Sentinel via goredis.NewFailoverClient), a *goredis.ClusterClient or a
+// *goredis.Ring (sharded like a Cluster: each identity's script goes to its
+// own shard). Any other client is used as one server.
+//
+// Timeouts: Take never outlives its context's deadline. go-redis enforces
+// context deadlines on the socket only when the client was built with
+// ContextTimeoutEnabled: true; set it, and Take calls Redis directly. Without
+// it, Take still returns at the deadline, but runs each call on a goroutine
+// to do so (slower, and the abandoned call holds a connection until the
+// client's ReadTimeout). On a Cluster, set it too: then, with a master
+// down, a request whose other identities live elsewhere still gets their
+// answer in time (a denial there stands) instead of a timeout.
+//
+// NewRedis adds a go-redis hook to client (on a Cluster or Ring, also to
+// its nodes' clients) that watches failed dials and commands, so that an
+// error that would say only "context deadline exceeded" also names the
+// latest cause, such as a refused connection; see Ping for a startup check.
+// As with any go-redis AddHook, build the store before other goroutines
+// send commands on the client.
+func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("ratelimit/store: NewRedis: nil client")
+	}
+	r := &Store{client: client, prefix: DefaultPrefix, scripts: scripts{maxBaked: maxBaked},
+		nodeFailures: DefaultNodeFailures, nodeCooldown: DefaultNodeCooldown,
+		batch: &batcher{max: DefaultBatching}}
+	for _, o := range opts {
+		o(r)
+	}
+	if err := validPrefix(r.prefix); err != nil {
+		return nil, err
+	}
+	if r.nodeFailures > 0 && r.nodeCooldown <= 0 {
+		return nil, fmt.Errorf("ratelimit/store: WithNodeCircuit(%d, %s): want a positive cooldown (or failures 0 to turn it off)", r.nodeFailures, r.nodeCooldown)
+	}
+	switch c := client.(type) {
+	case *goredis.ClusterClient:
+		r.cluster = true
+		r.ctxHonored = c.Options().ContextTimeoutEnabled
+	case *goredis.Ring:
+		// A Ring shards by key like a Cluster: one script per key, each
+		// sent to its own shard.
+		r.cluster = true
+		r.ctxHonored = c.Options().ContextTimeoutEnabled
+	case *goredis.Client:
+		r.ctxHonored = c.Options().ContextTimeoutEnabled
+	}
+	if r.cluster {
+		// A Cluster pipeline returns when its slowest node answers, so a
+		// batch would make live nodes' requests wait for a dead one.
+		r.batch = nil
+	}
+	if r.batch != nil {
+		r.batch.client = client
+	}
+	r.diag = diagnose(client) // adds a go-redis hook: errors then name their cause
+	return r, nil
+}

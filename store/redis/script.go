@@ -1,0 +1,157 @@
+package redis
+
+import (
+	_ "embed"
+	"strconv"
+	"strings"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/bridge"
+	"github.com/ratelimitkit/ratelimit/internal/layout"
+)
+
+// The store's one script (script.lua): its operations are chosen by the
+// first argument.
+const (
+	opTake   = "t"
+	opFast   = "f" // a take of one key, no request ID, a plain Take
+	opRefund = "r"
+	opReset  = "x"
+)
+
+//go:embed script.lua
+var source string
+
+// prelude gives the script, by name, the numbers internal/layout names:
+// the kinds of counter, the positions of a limit's parameters, the hash
+// fields and the bounds the Go side shares.
+var prelude = func() string {
+	var b strings.Builder
+	line := func(names []string, values []string) {
+		b.WriteString("local " + strings.Join(names, ", ") + " = " + strings.Join(values, ", ") + "\n")
+	}
+	var kinds, kindValues []string
+	for _, k := range layout.Kinds {
+		kinds, kindValues = append(kinds, k.Lua), append(kindValues, strconv.Itoa(int(k.Kind)))
+	}
+	line(kinds, kindValues)
+	num := func(vs ...int64) []string {
+		out := make([]string, len(vs))
+		for i, v := range vs {
+			out[i] = strconv.FormatInt(v, 10)
+		}
+		return out
+	}
+	line([]string{"P_KIND", "P_CAP", "P_WIDTH", "P_N", "P_PERIOD", "P_HASH", "P_CHUNK", "STRIDE"},
+		num(layout.PKind, layout.PCapacity, layout.PWidth, layout.PN, layout.PPeriod, layout.PHash, layout.PChunk, layout.Stride))
+	quote := func(vs ...string) []string {
+		out := make([]string, len(vs))
+		for i, v := range vs {
+			out[i] = strconv.Quote(v)
+		}
+		return out
+	}
+	line([]string{"F_BLOCK", "F_BLOCKLIM", "F_GEN", "F_EXPIRY", "F_RESENDS", "F_PENDING"},
+		quote(layout.HashBlock, layout.HashBlockLimit, layout.HashGen, layout.HashExpiry, layout.HashResends, layout.HashPending))
+	line([]string{"RIDLEN", "RIDN", "QLEN", "MAXQ", "EPOCH", "MAXREP"},
+		num(layout.ResendIDLen, layout.ResendIDs, layout.PendingDigits, layout.MaxPending, layout.GenEpoch, ratelimit.MaxRepeats))
+	return b.String()
+}()
+
+// generic is the script for any policy: the call carries the policy.
+var generic = goredis.NewScript(prelude + "local BAKED = nil\n" + source)
+
+// policyNumbers lists a policy as the script reads it (script.lua, "The
+// policy"): TTL (ms), limits, penalty (µs), request-ID lifetime (µs),
+// whether it reserves, then layout.Stride numbers per limit.
+func policyNumbers(lay *layout.Policy) []int64 {
+	res := int64(0)
+	if lay.Reserves {
+		res = 1
+	}
+	return append([]int64{lay.TTLMS, int64(len(lay.Limits)), lay.Block, lay.IDTTL, res}, lay.Params()...)
+}
+
+// bakedScript returns the script with the policy's numbers given as data,
+// so that a call carries only its own arguments: Redis then parses and
+// converts a few numbers per call instead of a few dozen.
+func bakedScript(nums []int64) *goredis.Script { return goredis.NewScript(bakedSource(nums)) }
+
+// bakedSource is the text of bakedScript.
+func bakedSource(nums []int64) string {
+	var b strings.Builder
+	b.Grow(len(prelude) + len(source) + 16 + 12*len(nums))
+	b.WriteString(prelude)
+	b.WriteString("local BAKED = {")
+	for i, v := range nums {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.FormatInt(v, 10))
+	}
+	b.WriteString("}\n")
+	b.WriteString(source)
+	return b.String()
+}
+
+// prepared is what a policy's calls send besides their keys and own
+// arguments: the script and, unless it has the policy baked in, the
+// policy's numbers, boxed once so that a call does not box them again.
+type prepared struct {
+	script *goredis.Script
+	tail   []any
+}
+
+// maxPrepared bounds the policies whose arguments are kept prepared;
+// maxBaked, those that get a script of their own (see prepare).
+const (
+	maxPrepared = 1024
+	maxBaked    = 64
+)
+
+// scripts keeps the prepared policies of one store.
+type scripts struct {
+	cache    sync.Map   // *ratelimit.Policy → *prepared
+	mu       sync.Mutex // held while preparing a policy not in cache
+	count    int        // policies in cache; guarded by mu
+	maxBaked int        // policies that get a baked script
+}
+
+// prepare returns the policy's prepared calls, computing them once. The
+// first maxBaked policies get a script of their own with their numbers
+// baked in (Redis keeps one such script per distinct policy); later ones,
+// and those beyond maxPrepared, use the generic script with the policy in
+// the call's arguments.
+func (s *scripts) prepare(pol *ratelimit.Policy, ttlExtraMS int64) *prepared {
+	if v, ok := s.cache.Load(pol); ok {
+		return v.(*prepared)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.cache.Load(pol); ok { // prepared while this call waited
+		return v.(*prepared)
+	}
+	lay := bridge.Layout(pol)
+	nums := policyNumbers(lay)
+	nums[0] += ttlExtraMS
+	n := s.count + 1
+	p := &prepared{script: generic}
+	if n <= s.maxBaked {
+		p.script = bakedScript(nums)
+	} else {
+		p.tail = make([]any, len(nums))
+		for i, v := range nums {
+			p.tail[i] = v
+		}
+	}
+	// Policies are meant to be built once; a program that builds one per
+	// request must not grow the cache without bound.
+	if n <= maxPrepared {
+		s.cache.Store(pol, p)
+		s.count = n
+	}
+	return p
+}

@@ -1,0 +1,125 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/verdict"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+var (
+	_ ratelimit.Store    = (*Store)(nil)
+	_ ratelimit.Resetter = (*Store)(nil)
+	_ ratelimit.Refunder = (*Store)(nil)
+	_ ratelimit.Reserver = (*Store)(nil)
+	_ ratelimit.Granter  = (*Store)(nil)
+)
+
+// Store is a ratelimit.Store whose counters live in Redis, shared by every server
+// that uses the same Redis and key prefix. Each Take is one script call
+// that checks every limit of every key and charges all or nothing, using
+// Redis's own clock (TIME), so app servers' clocks do not matter.
+//
+// With a single Redis or Sentinel (*goredis.Client, *goredis.FailoverClient)
+// all keys go to one script: one round trip. With Redis Cluster
+// (*goredis.ClusterClient) each key's slot comes from its own identity, so
+// each key gets its own script, all sent in one pipeline (still one round
+// trip); if any key denies, the keys that were charged are refunded in a
+// second round trip, so a denied request is never charged anywhere.
+//
+// Every key expires once the policy's TTL (its longest period, plus one
+// sub-bucket) has passed without a charge, or up to a quarter of that
+// later: a busy key's expiry is pushed out once per quarter TTL rather
+// than on every call. Nothing accumulates.
+//
+// On a Cluster, each master has a node circuit (WithNodeCircuit): once
+// calls to it go unanswered a few times in a row, keys on it fail at once
+// with ErrNodeUnavailable until a probe gets an answer, so a dead or hung
+// master does not cost every request the whole timeout.
+//
+// The store runs one script (script.lua). The first 64 policies a store
+// sees each get a copy of it with the policy's numbers given as data, so a
+// call carries only its own arguments; Redis keeps one such copy per
+// distinct policy. Later policies share the generic copy, which takes the
+// policy as arguments. Within the script, the common call (one key, no
+// request ID, a plain Take) takes a leaner path that reads fewer fields.
+//
+// Redis ≥ 5 is required (scripts replicated by effects). A Redis is safe
+// to share with other data: keys are namespaced by the prefix.
+type Store struct {
+	client      goredis.UniversalClient
+	cluster     bool
+	ctxHonored  bool // the client enforces context deadlines itself
+	prefix      string
+	now         func() time.Time // WithClock: replaces Redis TIME
+	ttlExtra    time.Duration    // WithClock: added to every key's TTL
+	noResendIDs bool             // tests only: calls carry no resend ID
+	ridHook     func() *resendID // tests only: the resend ID of each call
+	general     bool             // tests only: every take by the script's general path
+	batch       *batcher         // nil: one call per Take (WithBatching(0))
+	refunds     sync.WaitGroup   // Cluster refunds running in the background
+
+	nodes        sync.Map // Cluster master address → *nodeCircuit
+	nodeFailures int
+	nodeCooldown time.Duration
+	nodeClock    func() time.Time // tests only: the node circuits' clock
+	scripts      scripts          // the script of each policy (script.go)
+
+	diag *diagnostics // causes seen below the commands (diagnose.go)
+}
+
+// Take implements ratelimit.Store.
+func (r *Store) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	return r.do(ctx, req, call{cost: req.Cost})
+}
+
+// Reserve implements ratelimit.Reserver. On a Cluster (or Ring), a request
+// whose keys live on several masters cannot reserve, since each master
+// would reserve its own time: it is a plain Take.
+func (r *Store) Reserve(ctx context.Context, req ratelimit.Request, maxDelay time.Duration) (ratelimit.Decision, error) {
+	return r.do(ctx, req, call{cost: req.Cost, maxDelay: verdict.ReserveUS(maxDelay)})
+}
+
+// TakeUpTo implements ratelimit.Granter. On a Cluster (or Ring), each key
+// grants what fits on its master and the excess over the smallest grant is
+// refunded at once, off the request's path.
+func (r *Store) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if req.Cost < 1 {
+		return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: %w: TakeUpTo with cost %d, want at least 1", ratelimit.ErrInvalidRequest, req.Cost)
+	}
+	return r.do(ctx, req, call{cost: req.Cost, upTo: true})
+}
+
+// do runs one request within ctx's deadline (see NewRedis on timeouts).
+func (r *Store) do(ctx context.Context, req ratelimit.Request, o call) (_ ratelimit.Decision, err error) {
+	defer r.diag.explainErr(&err) // a timeout's error names its cause (diagnose.go)
+	if err := storekit.Validate(req); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if _, ok := ctx.Deadline(); !ok || r.ctxHonored {
+		return r.take(ctx, req, o)
+	}
+	type answer struct {
+		d   ratelimit.Decision
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		d, err := r.take(ctx, req, o)
+		ch <- answer{d, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.d, a.err
+	case <-ctx.Done():
+		return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: redis: %w", ctx.Err())
+	}
+}

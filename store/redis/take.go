@@ -1,0 +1,171 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/internal/verdict"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
+)
+
+// call is what a request asks besides its keys.
+type call struct {
+	cost     int64 // 0 peeks
+	upTo     bool  // grant the largest cost ≤ cost that fits (Granter)
+	maxDelay int64 // µs; > 0 reserves a place in line up to that far (Reserver)
+}
+
+// takeArgs lays out a take's ARGV (script.lua): the operation and the
+// call's own arguments, then the policy's unless its script has them baked
+// in.
+func (p *prepared) takeArgs(now int64, o call, rid any, hasID bool) []any {
+	args := make([]any, 7, 7+len(p.tail))
+	mode := "0"
+	if o.upTo {
+		mode = "1"
+	}
+	id := "0"
+	if hasID {
+		id = "1"
+	}
+	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = opTake, now, o.cost, mode, o.maxDelay, rid, id
+	return append(args, p.tail...)
+}
+
+// nowUS is the time the scripts get: 0, for Redis TIME, unless a test set
+// a clock.
+func (r *Store) nowUS() int64 {
+	if r.now != nil {
+		return r.now().UnixMicro()
+	}
+	return 0
+}
+
+func (r *Store) take(ctx context.Context, req ratelimit.Request, o call) (ratelimit.Decision, error) {
+	pol := req.Policy
+	now := r.nowUS()
+	prep := r.scripts.prepare(pol, r.ttlExtra.Milliseconds())
+	nl := pol.NumLimits()
+	keys := make([]string, len(req.Keys))
+	for i, k := range req.Keys {
+		keys[i] = redisKey(r.prefix, pol.ID(), k)
+	}
+	var idKeys []string
+	if req.ID != "" {
+		h := layout.IDHash(req.ID)
+		idKeys = make([]string, len(req.Keys))
+		for i, k := range req.Keys {
+			idKeys[i] = redisKey(r.prefix, pol.ID()+":id:"+h, k)
+		}
+	}
+
+	if !r.cluster || len(keys) == 1 {
+		script, all := prep.script, append(keys, idKeys...)
+		var args []any
+		if len(keys) == 1 && idKeys == nil && !o.upTo && o.maxDelay == 0 && !r.general {
+			args = append([]any{opFast, now, o.cost, r.resendID(ctx)}, prep.tail...)
+		} else {
+			args = prep.takeArgs(now, o, r.resendID(ctx), idKeys != nil)
+		}
+		var reply []int64
+		var err error
+		switch {
+		case r.batch != nil:
+			reply, err = r.batch.do(ctx, script, all, args)
+		case r.cluster:
+			reply, err = r.runOnNode(ctx, script, all, args)
+		default:
+			reply, err = runScript(ctx, r.client, script, all, args).Int64Slice()
+		}
+		if err != nil {
+			err = resendErr(err)
+			return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: redis: %w", err)
+		}
+		if err := checkReply(reply, len(keys), nl); err != nil {
+			return ratelimit.Decision{}, err
+		}
+		return decide(req, [][]int64{reply}, nl), nil
+	}
+	return r.takeCluster(ctx, req, o, prep, keys, idKeys, now)
+}
+
+// Reply layout of the take script: a header, then per key a kind, the time
+// of its charge, its refund count, and 4 numbers per limit.
+const (
+	rAllowed = 0
+	rNow     = 1
+	rGranted = 2
+	rRelease = 3
+	rHeader  = 5
+)
+
+// Key kinds in a reply.
+const (
+	kindDecided  = 0
+	kindCharged  = 1
+	kindRecorded = 2 // answered by its request ID's record
+	kindResent   = 3 // a resend of a call that charged
+)
+
+func checkReply(reply []int64, nkeys, nlim int) error {
+	if want := rHeader + nkeys*(3+4*nlim); len(reply) != want || reply[rAllowed] != 0 && reply[rAllowed] != 1 {
+		return fmt.Errorf("ratelimit/store: redis: unexpected script reply of %d values, want %d", len(reply), want)
+	}
+	return nil
+}
+
+// decide builds the Decision of replies that together cover req.Keys in
+// order (one reply for all keys, or one per key on a Cluster), as the
+// memory store builds its own.
+func decide(req ratelimit.Request, replies [][]int64, nl int) ratelimit.Decision {
+	d := ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, nl)}
+	allowed, all := true, true
+	var marks []int64
+	var charged []string
+	ki := 0
+	var first []int64 // the first key's part
+	for _, rep := range replies {
+		if rep[rAllowed] == 0 {
+			allowed = false
+		}
+		n := (len(rep) - rHeader) / (3 + 4*nl)
+		for k := 0; k < n; k, ki = k+1, ki+1 {
+			part := rep[rHeader+k*(3+4*nl):]
+			if ki == 0 {
+				first = part
+			}
+			for i := 0; i < nl; i++ {
+				p := part[3+4*i:]
+				verdict.Fold(&d, i, ki, verdict.Status{Rem: p[0], Reset: p[1], Retry: p[2]}, ki == 0)
+			}
+			if part[0] != kindRecorded {
+				all = false
+			}
+			if part[0] == kindCharged {
+				charged = append(charged, req.Keys[ki])
+				marks = append(marks, part[1], part[2])
+				for i := 0; i < nl; i++ {
+					marks = append(marks, part[3+4*i+3])
+				}
+			}
+		}
+	}
+	rep := replies[0]
+	d.Granted = rep[rGranted]
+	if all {
+		d.Repeated = true
+		if at := first[1]; at > rep[rNow] {
+			d.Delay = time.Duration(at-rep[rNow]) * time.Microsecond
+		}
+	} else if rel := rep[rRelease]; rel > rep[rNow] {
+		d.Delay = time.Duration(rel-rep[rNow]) * time.Microsecond
+	}
+	verdict.Finish(&d, allowed)
+	if len(charged) > 0 {
+		d.Receipt = storekit.NewReceipt(req.Policy, charged, d.Granted, marks)
+	}
+	return d
+}

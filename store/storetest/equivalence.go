@@ -1,0 +1,121 @@
+package storetest
+
+import (
+	"context"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
+)
+
+// Equivalence replays random traces per algorithm through h's store and
+// through the memory store on one clock, and requires identical decisions,
+// field by field, at every step (and, with h.Marks, identical receipts).
+func Equivalence(t *testing.T, h Harness) {
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(alg)+7*14, 7))
+			for n := range h.traces(t) {
+				p := randomPolicy(rng, alg)
+				trace := randomTrace(rng, p, 16)
+				replay(t, h, p, trace, n)
+			}
+		})
+	}
+}
+
+// replay runs one trace through a new store of h and the memory store,
+// requiring identical decisions at every step (n names the trace in
+// failures).
+func replay(t *testing.T, h Harness, p *ratelimit.Policy, trace []step, n int) {
+	t.Helper()
+	var clk clock
+	clk.Set(t0)
+	s := h.store(t, &clk)
+	trace = capsOf(s).fit(trace, h.OneKey)
+	ctx := context.Background()
+	mem := reference(&clk)
+	memR, gotR := make([]ratelimit.Receipt, len(trace)), make([]ratelimit.Receipt, len(trace))
+	for i, st := range trace {
+		clk.Set(t0.Add(st.at))
+		want, err := apply(ctx, mem, p, st, memR)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := apply(ctx, s, p, st, gotR)
+		if err != nil {
+			t.Fatalf("trace %d step %d: %v", n, i, err)
+		}
+		memR[i], gotR[i] = want.Receipt, got.Receipt
+		if h.Marks && !reflect.DeepEqual(receiptView(got.Receipt), receiptView(want.Receipt)) {
+			t.Fatalf("trace %d step %d: receipts differ:\nstore  %+v\nmemory %+v", n, i, receiptView(got.Receipt), receiptView(want.Receipt))
+		}
+		if got.Receipt.IsZero() != want.Receipt.IsZero() {
+			t.Fatalf("trace %d step %d: receipt given %v, the memory store's %v", n, i, !got.Receipt.IsZero(), !want.Receipt.IsZero())
+		}
+		got.Receipt, want.Receipt = ratelimit.Receipt{}, ratelimit.Receipt{}
+		if h.Cached {
+			got, want = cachedView(got, len(st.keys)), cachedView(want, len(st.keys))
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("trace %d (%s %s, block %s) step %d at +%s op %d keys %q cost %d id %q:\nstore  %+v\nmemory %+v",
+				n, p.Name(), p, p.BlockFor(), i, st.at, st.op, st.keys, st.cost, st.id, got, want)
+		}
+	}
+}
+
+// cachedView is what a store that answers denials from a cache must agree
+// on: whether a request is admitted, what it was granted and how long it
+// waits, and, for a request of one key, how long until it fits.
+func cachedView(d ratelimit.Decision, keys int) ratelimit.Decision {
+	v := ratelimit.Decision{Allowed: d.Allowed, Granted: d.Granted, Delay: d.Delay, Repeated: d.Repeated}
+	if keys == 1 {
+		v.RetryAfter = d.RetryAfter
+	}
+	return v
+}
+
+// apply runs one step against s, refunding from receipts (the store's own
+// receipts of earlier steps).
+func apply(ctx context.Context, s ratelimit.Store, p *ratelimit.Policy, st step, receipts []ratelimit.Receipt) (ratelimit.Decision, error) {
+	req := ratelimit.Request{Policy: p, Keys: st.keys, Cost: st.cost, ID: st.id}
+	switch st.op {
+	case opUpTo:
+		return s.(ratelimit.Granter).TakeUpTo(ctx, req)
+	case opReserve:
+		return s.(ratelimit.Reserver).Reserve(ctx, req, st.maxDelay)
+	case opRefund:
+		return ratelimit.Decision{}, s.(ratelimit.Refunder).Refund(ctx, receipts[st.ref])
+	case opReset:
+		return ratelimit.Decision{}, s.(ratelimit.Resetter).Reset(ctx, p, st.keys...)
+	}
+	return s.Take(ctx, req)
+}
+
+// receiptView is what two stores' receipts of the same charge must agree
+// on: the policy, keys, cost, and per key the charge time and the marks.
+// The refund count each store keeps per key is left out: the stores count
+// from different origins (a Redis key outlives its counters by up to a
+// quarter TTL), and only its changes between a charge and its refund
+// matter, which the refunds replayed later compare.
+func receiptView(r ratelimit.Receipt) any {
+	if r.IsZero() {
+		return nil
+	}
+	c := storekit.ChargeOf(r)
+	stride := 2 + c.Policy.NumLimits()
+	var marks []int64
+	for i, m := range c.Marks {
+		if i%stride != 1 {
+			marks = append(marks, m)
+		}
+	}
+	return struct {
+		Policy string
+		Keys   []string
+		Cost   int64
+		Marks  []int64
+	}{c.Policy.ID(), c.Keys, c.Cost, marks}
+}

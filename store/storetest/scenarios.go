@@ -1,0 +1,463 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// scenario is one named check of a store.
+type scenario struct {
+	name string
+	run  func(t *testing.T, h Harness)
+	// needs lists the optional operations it uses; a store lacking one
+	// does not run it.
+	needs capabilities
+	// multiKey: it sends requests of several keys, so a Harness.OneKey
+	// store does not run it.
+	multiKey bool
+}
+
+// scenarios are the checks Scenarios runs, named after what they pin.
+var scenarios = []scenario{
+	{"DeniedChargesNothing", deniedChargesNothing, capabilities{}, true},
+	{"ConcurrentExact", concurrentExact, capabilities{}, false},
+	{"HugeCost", hugeCost, capabilities{}, false},
+	{"InvalidRequests", invalidRequests, capabilities{}, false},
+	{"ReservationOnTwoKeysKeepsTheWindow", twoKeyReservation, capabilities{reserve: true, upTo: true}, true},
+	{"CancelledWaitersGiveTheirPlaceBack", cancelledWaiters, capabilities{reserve: true, refund: true}, true},
+	{"BlockHoldsAgainstEveryWayIn", blockEveryWay, capabilities{upTo: true}, true},
+	{"RefundAfterResetGivesNothing", refundAfterReset, capabilities{refund: true, reset: true}, false},
+	{"RefundHeavyTraces", refundHeavy, capabilities{refund: true}, false},
+	{"RefundRaces", refundRaces, capabilities{refund: true}, false},
+	{"ExactUntilMaxSpanDate", exactUntilMaxSpanDate, capabilities{reserve: true, upTo: true, refund: true}, false},
+	{"ExpiryKeepsGuarantees", expiryKeepsGuarantees, capabilities{}, false},
+}
+
+// Scenarios runs the named scenarios whose operations h's store
+// implements, each as a subtest.
+func Scenarios(t *testing.T, h Harness) {
+	var clk clock
+	caps := capsOf(h.store(t, &clk))
+	for _, sc := range scenarios {
+		if sc.needs.reserve && !caps.reserve || sc.needs.upTo && !caps.upTo || sc.needs.refund && !caps.refund || sc.needs.reset && !caps.reset {
+			t.Logf("%s: not run: the store lacks an operation it needs", sc.name)
+			continue
+		}
+		if sc.multiKey && h.OneKey {
+			t.Logf("%s: not run: it sends requests of several keys (Harness.OneKey)", sc.name)
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, h) })
+	}
+}
+
+func mustTake(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, cost int64, keys ...string) ratelimit.Decision {
+	t.Helper()
+	d, err := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: keys, Cost: cost})
+	if err != nil {
+		t.Fatalf("Take(%q, cost %d): %v", keys, cost, err)
+	}
+	return d
+}
+
+// deniedChargesNothing: a request denied by one identity's limit charges
+// no other identity, and no limit of its own.
+func deniedChargesNothing(t *testing.T, h Harness) {
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			var clk clock
+			clk.Set(t0)
+			s := h.store(t, &clk)
+			p := ratelimit.MustParsePolicy("5/h, 50/24h", ratelimit.WithAlgorithm(alg), ratelimit.Named("deny"))
+			user, ip := "user:1", "ip:1"
+			if d := mustTake(t, s, p, 5, user); !d.Allowed {
+				t.Fatalf("first charge denied: %+v", d)
+			}
+			before := mustTake(t, s, p, 0, ip)
+			for i := 0; i < 3; i++ {
+				if d := mustTake(t, s, p, 1, ip, user); d.Allowed || d.Key != 1 || d.Limit != 0 {
+					t.Fatalf("step %d: want denial by key 1 limit 0, got %+v", i, d)
+				}
+			}
+			after := mustTake(t, s, p, 0, ip)
+			if after.Remaining != before.Remaining || after.Limits[1].Remaining != before.Limits[1].Remaining || after.Remaining != 5 {
+				t.Fatalf("denied requests charged the ip: before %+v after %+v", before, after)
+			}
+		})
+	}
+}
+
+// concurrentExact: 64 goroutines (8 when h.Sequential) racing on one
+// identity, at one instant, admit exactly the limit, never more, whatever
+// the interleaving.
+func concurrentExact(t *testing.T, h Harness) {
+	goroutines := 64
+	if h.Sequential {
+		goroutines = 8
+	}
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			var clk clock
+			clk.Set(t0)
+			s := h.store(t, &clk)
+			p := ratelimit.MustParsePolicy("100/10s", ratelimit.WithAlgorithm(alg), ratelimit.Named("conc"))
+			var admitted, errs atomic.Int64
+			var wg sync.WaitGroup
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 320/goroutines; i++ {
+						d, err := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: []string{"ip:1"}, Cost: 1})
+						if err != nil {
+							errs.Add(1)
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if errs.Load() != 0 || admitted.Load() != 100 {
+				t.Fatalf("admitted %d of 320 attempts with %d errors, want exactly 100", admitted.Load(), errs.Load())
+			}
+		})
+	}
+}
+
+// hugeCost: a cost far above every capacity, up to the largest int64, is
+// denied as Never, charges nothing, and leaves the identity limited as
+// before (no arithmetic overflow).
+func hugeCost(t *testing.T, h Harness) {
+	var clk clock
+	clk.Set(t0)
+	s := h.store(t, &clk)
+	for _, alg := range algorithms {
+		p := ratelimit.MustParsePolicy("10/m, 100/h", ratelimit.WithAlgorithm(alg), ratelimit.Named("huge"))
+		key := "ip:" + alg.String()
+		mustTake(t, s, p, 10, key)
+		for i, c := range []int64{1 << 62, 1<<63 - 1, 1537228672809, 11} {
+			if d := mustTake(t, s, p, c, key); d.Allowed || d.RetryAfter != ratelimit.Never {
+				t.Fatalf("%s step %d cost %d: %+v, want denied with Never", alg, i, c, d)
+			}
+		}
+		if d := mustTake(t, s, p, 1, key); d.Allowed {
+			t.Fatalf("%s: still at the limit, yet admitted after huge costs: %+v", alg, d)
+		}
+	}
+}
+
+// invalidRequests: malformed requests are errors wrapping
+// ratelimit.ErrInvalidRequest, never panics.
+func invalidRequests(t *testing.T, h Harness) {
+	var clk clock
+	s := h.store(t, &clk)
+	p := ratelimit.MustParsePolicy("1/s")
+	cases := []ratelimit.Request{
+		{},
+		{Policy: p},
+		{Policy: p, Keys: []string{""}},
+		{Policy: p, Keys: []string{"a"}, Cost: -1},
+		{Policy: p, Keys: []string{"a", "a"}},
+		{Policy: p, Keys: make([]string, ratelimit.MaxKeys+1)},
+		{Policy: &ratelimit.Policy{}, Keys: []string{"a"}},
+	}
+	for i, req := range cases {
+		if _, err := s.Take(context.Background(), req); !errors.Is(err, ratelimit.ErrInvalidRequest) {
+			t.Errorf("step %d: err %v, want ErrInvalidRequest", i, err)
+		}
+	}
+}
+
+// refundAfterReset: a charge made before a Reset, refunded after it, must
+// not undo the charges made after the Reset. Under 2/h: one charge, a
+// Reset, two charges (the limit again), then the first charge's refund; a
+// further request must still be denied. With the clock frozen (the worst
+// case: the old charge and the new ones share one instant) and moving.
+func refundAfterReset(t *testing.T, h Harness) {
+	ctx := context.Background()
+	for _, step := range []time.Duration{0, 7 * time.Millisecond} {
+		for _, alg := range algorithms {
+			t.Run(fmt.Sprintf("%s/step%s", alg, step), func(t *testing.T) {
+				var clk clock
+				clk.Set(t0)
+				s := h.store(t, &clk)
+				advance := func() { clk.Set(clk.Now().Add(step)) }
+				p, err := ratelimit.NewPolicy("rr", alg, ratelimit.Limit{Rate: 2, Period: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := "user:1"
+				old := mustTake(t, s, p, 1, key)
+				if !old.Allowed || old.Receipt.IsZero() {
+					t.Fatalf("first charge %+v", old)
+				}
+				advance()
+				if err := s.(ratelimit.Resetter).Reset(ctx, p, key); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < 2; i++ {
+					advance()
+					if d := mustTake(t, s, p, 1, key); !d.Allowed {
+						t.Fatalf("step %d: a charge after the Reset denied: %+v", i, d)
+					}
+				}
+				advance()
+				if err := s.(ratelimit.Refunder).Refund(ctx, old.Receipt); err != nil {
+					t.Fatal(err)
+				}
+				advance()
+				if d := mustTake(t, s, p, 1, key); d.Allowed {
+					t.Fatal("a refund of a charge made before the Reset admitted a third request in the hour")
+				}
+				// A refund of a charge made after the Reset still gives back.
+				if err := s.(ratelimit.Resetter).Reset(ctx, p, key); err != nil {
+					t.Fatal(err)
+				}
+				advance()
+				a := mustTake(t, s, p, 1, key)
+				mustTake(t, s, p, 1, key)
+				if err := s.(ratelimit.Refunder).Refund(ctx, a.Receipt); err != nil {
+					t.Fatal(err)
+				}
+				advance()
+				if d := mustTake(t, s, p, 1, key); !d.Allowed {
+					t.Fatalf("a refund after the Reset gave nothing back: %+v", d)
+				}
+			})
+		}
+	}
+}
+
+// refundHeavy: random traces where a third of the operations refund an
+// earlier charge (of any age, in any order), for every algorithm: what
+// remains charged must keep every guarantee, checked by brute force after
+// each admission. (A token-bucket refund bound that held for one refund
+// failed here once refunds interleaved.)
+func refundHeavy(t *testing.T, h Harness) {
+	ctx := context.Background()
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			refunds := 0
+			for seed := uint64(0); seed < uint64(h.traces(t))*3/2; seed++ {
+				rng := rand.New(rand.NewPCG(seed, uint64(alg)))
+				var clk clock
+				clk.Set(t0)
+				s := h.store(t, &clk)
+				p := ratelimit.MustParsePolicy([]string{"3/s", "3/s, 5/2s"}[seed%2], ratelimit.WithAlgorithm(alg), ratelimit.Named("heavy"))
+				at := int64(0)
+				type charge struct {
+					r  ratelimit.Receipt
+					ev int // index in ev
+				}
+				var live []charge
+				var ev []event
+				for i := 0; i < 60; i++ {
+					at += rng.Int64N(200000)
+					clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
+					if rng.IntN(3) == 0 && len(live) > 0 {
+						j := rng.IntN(len(live))
+						if err := s.(ratelimit.Refunder).Refund(ctx, live[j].r); err != nil {
+							t.Fatal(err)
+						}
+						ev[live[j].ev].cost = 0
+						live = slices.Delete(live, j, j+1)
+						refunds++
+						continue
+					}
+					d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: 1 + int64(rng.IntN(4)/3)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						ev = append(ev, event{at, d.Granted})
+						live = append(live, charge{d.Receipt, len(ev) - 1})
+						checkAdmissions(t, p, ev, int(seed), i)
+					}
+				}
+			}
+			if refunds == 0 {
+				t.Fatal("no refunds")
+			}
+		})
+	}
+}
+
+// refundRaces: goroutines mix charges and refunds (of their own charges,
+// and of others') on one key, round after round, the clock moving between
+// rounds: what remains charged must keep every guarantee, checked by
+// brute force over every window.
+func refundRaces(t *testing.T, h Harness) {
+	goroutines := 64
+	if h.Sequential {
+		goroutines = 8
+	}
+	policies := map[ratelimit.Algorithm]string{
+		ratelimit.SlidingWindow: "20/s, 200/m", ratelimit.FixedWindow: "20/s", ratelimit.TokenBucket: "20/s",
+		ratelimit.SlidingLog: "20/s", ratelimit.SlidingWindowApprox: "20/s",
+	}
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			var clk clock
+			clk.Set(t0)
+			s := h.store(t, &clk)
+			rf := s.(ratelimit.Refunder)
+			p := ratelimit.MustParsePolicy(policies[alg], ratelimit.WithAlgorithm(alg), ratelimit.Named("race"))
+			ctx := context.Background()
+			var mu sync.Mutex
+			type charge struct {
+				r  ratelimit.Receipt
+				ev int
+			}
+			var live []charge
+			var ev []event
+			refunds := 0
+			for round := 0; round < 40; round++ {
+				at := int64(round) * 37_000 // 37ms a round: windows and refills pass within the run
+				clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
+				var wg sync.WaitGroup
+				for g := 0; g < goroutines; g++ {
+					wg.Add(1)
+					go func(g int) {
+						defer wg.Done()
+						if (g+round)%3 == 2 {
+							mu.Lock()
+							var c charge
+							ok := len(live) > 0
+							if ok {
+								j := (g*7 + round) % len(live)
+								c = live[j]
+								live = slices.Delete(live, j, j+1)
+							}
+							mu.Unlock()
+							if ok {
+								if err := rf.Refund(ctx, c.r); err != nil {
+									t.Error(err)
+								}
+								mu.Lock()
+								ev[c.ev].cost = 0
+								refunds++
+								mu.Unlock()
+							}
+							return
+						}
+						d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: 1})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							mu.Lock()
+							ev = append(ev, event{at, 1})
+							live = append(live, charge{d.Receipt, len(ev) - 1})
+							mu.Unlock()
+						}
+					}(g)
+				}
+				wg.Wait()
+			}
+			t.Logf("%d charged, %d refunded", len(ev), refunds)
+			if refunds == 0 || len(ev) == 0 {
+				t.Fatal("no refunds or no charges: the race did not happen")
+			}
+			checkAdmissions(t, p, ev, 0, len(ev))
+		})
+	}
+}
+
+// exactUntilMaxSpanDate replays the policies that reach furthest ahead of
+// the clock (a token bucket and a log whose burst or wait is about
+// ratelimit.MaxSpan, a penalty of MaxSpan, reservations of up to MaxSpan)
+// on the day before the bound MaxSpan states runs out (2^53 − 2.25 × 2^50
+// µs: February 2175), against the memory store (int64): every decision
+// must be identical, so no sum of times lost precision (in Redis Lua's
+// doubles, say). The day's first time is odd, so that no sum rounds to an
+// even double by luck.
+func exactUntilMaxSpanDate(t *testing.T, h Harness) {
+	lastExactDay := time.UnixMicro(1<<53 - 9<<48 + 1).Add(-24 * time.Hour)
+	at := lastExactDay.Sub(t0)
+	span := ratelimit.MaxSpan
+	year := 366 * 24 * time.Hour
+	policies := []*ratelimit.Policy{
+		ratelimit.MustParsePolicy("1/366d", ratelimit.WithAlgorithm(ratelimit.TokenBucket), ratelimit.WithBurst(35), ratelimit.Named("far-tb")),
+		ratelimit.MustParsePolicy("2/366d", ratelimit.WithAlgorithm(ratelimit.SlidingLog), ratelimit.Named("far-log")),
+		ratelimit.MustParsePolicy("1/366d", ratelimit.WithAlgorithm(ratelimit.TokenBucket), ratelimit.WithBurst(35), ratelimit.BlockFor(span), ratelimit.Named("far-block")),
+	}
+	trace := []step{
+		{at: at, keys: []string{"k"}, cost: 35},
+		{at: at + time.Microsecond, keys: []string{"k"}, cost: 1},
+		{at: at + 2*time.Microsecond, keys: []string{"k"}, cost: 1, op: opReserve, maxDelay: span},
+		{at: at + 3*time.Microsecond, keys: []string{"k"}, cost: 34, op: opReserve, maxDelay: span},
+		{at: at + 4*time.Microsecond, keys: []string{"k"}, cost: 0},
+		{at: at + 5*time.Microsecond, op: opRefund, ref: 3},
+		{at: at + 6*time.Microsecond, keys: []string{"k"}, cost: 0},
+		{at: at + year - time.Microsecond, keys: []string{"k"}, cost: 1},
+		{at: at + year, keys: []string{"k"}, cost: 1},
+		{at: at + 2*year, keys: []string{"k"}, cost: 2, op: opUpTo},
+	}
+	for i, p := range policies {
+		t.Run(p.Name(), func(t *testing.T) { replay(t, h, p, trace, i) })
+	}
+}
+
+// expiryKeepsGuarantees replays random requests, the clock moving by up to
+// half a TTL at a time, for policies whose TTL in milliseconds is not a
+// multiple of 4: a store that lets idle identities go after the policy's
+// TTL (the memory store's sweep; a Redis key's expiry, when Harness.SetTime
+// makes keys expire on the test's clock) must never let one go while its
+// counters still count, so every algorithm keeps its guarantee.
+func expiryKeepsGuarantees(t *testing.T, h Harness) {
+	ctx := context.Background()
+	policies := []*ratelimit.Policy{
+		ratelimit.MustParsePolicy("1/10ms", ratelimit.WithAlgorithm(ratelimit.FixedWindow), ratelimit.Named("fx")),
+		ratelimit.MustParsePolicy("100/s", ratelimit.WithAlgorithm(ratelimit.TokenBucket), ratelimit.WithBurst(3), ratelimit.Named("tb")),
+		ratelimit.MustParsePolicy("2/11ms", ratelimit.Named("sw")),
+		ratelimit.MustParsePolicy("40/13ms", ratelimit.WithPrecision(13), ratelimit.Named("swb")),
+		ratelimit.MustParsePolicy("3/7ms", ratelimit.WithAlgorithm(ratelimit.SlidingLog), ratelimit.Named("sl")),
+	}
+	rng := rand.New(rand.NewPCG(5, 8))
+	for _, p := range policies {
+		t.Run(p.Name(), func(t *testing.T) {
+			if p.TTL().Milliseconds()%4 == 0 {
+				t.Fatalf("TTL %s is a multiple of 4ms: not the case under test", p.TTL())
+			}
+			var clk clock
+			clk.Set(t0)
+			s := h.store(t, &clk)
+			now := t0
+			var admitted []event
+			total := 0
+			for i := 0; i < 40*h.traces(t); i++ {
+				now = now.Add(time.Duration(rng.Int64N(p.TTL().Microseconds()/2+1)) * time.Microsecond)
+				clk.Set(now)
+				d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted = append(admitted, event{now.Sub(t0).Microseconds(), 1})
+					// Windows older than a few TTLs are checked already.
+					for len(admitted) > 0 && admitted[0].at < admitted[len(admitted)-1].at-4*p.TTL().Microseconds() {
+						admitted = admitted[1:]
+					}
+					checkAdmissions(t, p, admitted, 0, i)
+					total++
+				}
+			}
+			if total < 10*h.traces(t)/4 {
+				t.Fatalf("only %d admitted: the trace does not exercise the limit", total)
+			}
+		})
+	}
+}

@@ -1,0 +1,207 @@
+package storetest
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/bridge"
+)
+
+// algorithms are the algorithms every check runs.
+var algorithms = []ratelimit.Algorithm{ratelimit.SlidingWindow, ratelimit.FixedWindow, ratelimit.TokenBucket,
+	ratelimit.SlidingLog, ratelimit.SlidingWindowApprox}
+
+// t0 is the first instant of every trace: a realistic epoch time, not
+// aligned to any window, so traces cross window edges.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+
+// clock is a controlled clock shared by a trace's stores; hook, when set,
+// hears of every move.
+type clock struct {
+	mu   sync.Mutex
+	t    time.Time
+	hook func(time.Time)
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+	if c.hook != nil {
+		c.hook(t)
+	}
+}
+
+// Operations a trace step may run.
+const (
+	opTake    = iota // Take (cost 0 peeks)
+	opUpTo           // TakeUpTo
+	opReserve        // Reserve
+	opRefund         // Refund an earlier step's receipt
+	opReset          // Reset
+)
+
+// step is one request of a trace.
+type step struct {
+	at       time.Duration // since t0
+	keys     []string
+	cost     int64
+	op       int
+	maxDelay time.Duration // opReserve
+	ref      int           // opRefund: the step whose receipt is refunded
+	id       string        // Request.ID
+}
+
+// randomPolicy draws a small policy: rates low enough that traces hit the
+// limits often (and, for the sliding window, some above ExactRateMax, so
+// both of its counters run), periods from sub-second to an hour, random
+// precision and burst, and sometimes a penalty.
+func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
+	periods := []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second, 10 * time.Second, time.Minute, time.Hour}
+	rng.Shuffle(len(periods), func(i, j int) { periods[i], periods[j] = periods[j], periods[i] })
+	n := 1 + rng.IntN(3)
+	limits := make([]ratelimit.Limit, n)
+	for i := range limits {
+		l := ratelimit.Limit{Rate: int64(1 + rng.IntN(8)), Period: periods[i]}
+		switch alg {
+		case ratelimit.SlidingWindow:
+			if rng.IntN(3) == 0 {
+				l.Rate = ratelimit.ExactRateMax + 1 + int64(rng.IntN(12)) // sub-buckets
+			}
+			l.Precision = []int{0, 0, 0, 1, 2, 5, 10}[rng.IntN(7)]
+		case ratelimit.SlidingLog:
+			l.Rate = int64(1 + rng.IntN(12))
+			if rng.IntN(4) == 0 {
+				l.Rate = 40 + int64(rng.IntN(30)) // a log of several chunk fields
+			}
+		case ratelimit.TokenBucket:
+			l.Burst = int64(rng.IntN(6)) // 0 = Rate
+		}
+		limits[i] = l
+	}
+	p, err := ratelimit.NewPolicy("p"+strconv.Itoa(rng.IntN(3)), alg, limits...)
+	if err != nil {
+		panic(err)
+	}
+	if rng.IntN(5) == 0 {
+		if p, err = p.With(ratelimit.BlockFor((periods[rng.IntN(len(periods))] / time.Duration(1+rng.IntN(4))).Truncate(time.Microsecond))); err != nil {
+			panic(err)
+		}
+	}
+	return p
+}
+
+// randomTrace draws steps whose clock advances by amounts around the
+// policy's periods and sub-buckets: zero, a microsecond, a bucket edge, a
+// whole period, or random; with every operation mixed in.
+func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
+	periodUS, widthUS := spans(p)
+	keys := []string{"ip:192.0.2.1", "user:{42}", "key:a\nb"}
+	var at time.Duration
+	out := make([]step, steps)
+	for i := range out {
+		i2 := rng.IntN(len(periodUS))
+		switch rng.IntN(6) {
+		case 0: // same instant
+		case 1:
+			at += time.Microsecond
+		case 2:
+			at += time.Duration(widthUS[i2]) * time.Microsecond
+		case 3:
+			at += time.Duration(periodUS[i2]) * time.Microsecond
+		default:
+			at += time.Duration(rng.Int64N(periodUS[i2]/2+1)) * time.Microsecond
+		}
+		perm := rng.Perm(len(keys))[:1+rng.IntN(len(keys))]
+		ks := make([]string, len(perm))
+		for j, k := range perm {
+			ks[j] = keys[k]
+		}
+		s := step{at: at, keys: ks, cost: int64(rng.IntN(5))} // 0 peeks
+		switch r := rng.IntN(20); {
+		case r < 2:
+			s.op, s.cost = opUpTo, 1+int64(rng.IntN(6))
+		case r < 5:
+			s.op, s.cost = opReserve, 1+int64(rng.IntN(3))
+			s.maxDelay = time.Duration(rng.Int64N(periodUS[i2]+1)) * time.Microsecond
+		case r < 7 && i > 0:
+			s.op, s.ref = opRefund, rng.IntN(i)
+		case r < 8:
+			s.op = opReset
+		}
+		if rng.IntN(4) == 0 {
+			s.id = []string{"req-a", "req-b"}[rng.IntN(2)]
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// event is a request's outcome on one key: time (µs since t0) and cost.
+type event struct{ at, cost int64 }
+
+// edgeTrace hammers window and sub-bucket edges: bursts just before, at and
+// just after every boundary, the adversarial case for window algorithms.
+func edgeTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
+	_, widthUS := spans(p)
+	w := widthUS[rng.IntN(len(widthUS))]
+	base := (t0.UnixMicro()/w + 1) * w // the first edge after t0
+	out := make([]step, steps)
+	for i := range out {
+		edge := base + int64(i/4)*w
+		at := edge + []int64{-1, 0, 0, 1}[rng.IntN(4)] - t0.UnixMicro()
+		if i > 0 && time.Duration(at)*time.Microsecond < out[i-1].at {
+			at = int64(out[i-1].at / time.Microsecond)
+		}
+		out[i] = step{at: time.Duration(at) * time.Microsecond, keys: []string{"k"}, cost: int64(1 + rng.IntN(3))}
+	}
+	return out
+}
+
+// lineTrace crowds a few keys with requests that wait in line: many
+// reservations on one to three keys (so a key with room waits for one
+// without), costs of 1 to 3, partial grants and refunds of earlier steps
+// (reservations still in line among them), with the clock moving by
+// fractions of the shortest period so that the limits are hit often.
+func lineTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
+	periodUS, _ := spans(p)
+	short := slices.Min(periodUS)
+	keys := []string{"a", "b", "c"}
+	var at time.Duration
+	out := make([]step, steps)
+	for i := range out {
+		at += time.Duration(rng.Int64N(short/3+1)) * time.Microsecond
+		ks := slices.Clone(keys[:1+rng.IntN(len(keys))])
+		rng.Shuffle(len(ks), func(a, b int) { ks[a], ks[b] = ks[b], ks[a] })
+		if rng.IntN(3) == 0 {
+			ks = ks[len(ks)-1:]
+		}
+		s := step{at: at, keys: ks, cost: 1 + int64(rng.IntN(3))}
+		switch r := rng.IntN(10); {
+		case r < 4:
+			s.op = opReserve
+			s.maxDelay = time.Duration(rng.Int64N(2*slices.Max(periodUS)+1)) * time.Microsecond
+		case r < 6:
+			s.op = opUpTo
+		case r < 7 && i > 0:
+			s.op, s.ref = opRefund, rng.IntN(i)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// spans returns each limit's period and width (a sub-bucket, the emission
+// interval, or the period) in µs: the steps traces move the clock by.
+func spans(p *ratelimit.Policy) (periodUS, widthUS []int64) {
+	for _, l := range bridge.Layout(p).Limits {
+		periodUS, widthUS = append(periodUS, l.Period), append(widthUS, l.Width)
+	}
+	return periodUS, widthUS
+}
