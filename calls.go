@@ -87,11 +87,11 @@ func (l *Limiter) Wait(ctx context.Context, keys ...string) (Decision, error) {
 // decides, and the error says why); dry run does not apply.
 func (l *Limiter) WaitN(ctx context.Context, cost int64, keys ...string) (Decision, error) {
 	ctx, keys, err := l.checkArgs("WaitN", ctx, cost, keys)
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("ratelimit: WaitN: %w", ctx.Err())
+	}
 	if err != nil {
 		return Decision{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Decision{}, fmt.Errorf("ratelimit: WaitN: %w", err)
 	}
 	budget := MaxSpan
 	if dl, ok := ctx.Deadline(); ok {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -85,15 +84,9 @@ const (
 )
 
 // String returns "fail-open" or "fail-closed".
-func (m FailureMode) String() string {
-	switch m {
-	case FailOpen:
-		return "fail-open"
-	case FailClosed:
-		return "fail-closed"
-	}
-	return "failure-mode(" + strconv.Itoa(int(m)) + ")"
-}
+func (m FailureMode) String() string { return enumName(failureModeNames, uint8(m), "failure-mode") }
+
+var failureModeNames = []string{"fail-open", "fail-closed"}
 
 // failClosedRetryAfter is the Retry-After of the 503 answered by FailClosed,
 // and the RetryAfter of its Decision: store outages are usually short, and

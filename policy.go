@@ -74,20 +74,16 @@ const (
 )
 
 // String returns the algorithm's name as used by ParsePolicy options and logs.
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingWindow:
-		return "sliding-window"
-	case FixedWindow:
-		return "fixed-window"
-	case TokenBucket:
-		return "token-bucket"
-	case SlidingLog:
-		return "sliding-log"
-	case SlidingWindowApprox:
-		return "sliding-window-approx"
+func (a Algorithm) String() string { return enumName(algorithmNames, uint8(a), "algorithm") }
+
+var algorithmNames = []string{"sliding-window", "fixed-window", "token-bucket", "sliding-log", "sliding-window-approx"}
+
+// enumName returns names[v], or kind(v) for a value without a name.
+func enumName(names []string, v uint8, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+	return kind + "(" + strconv.Itoa(int(v)) + ")"
 }
 
 // Bounds enforced by NewPolicy and ParsePolicy keep every number the

@@ -32,11 +32,9 @@ type (
 
 // Defaults of the stores' options.
 const (
-	DefaultPrefix           = redis.DefaultPrefix
-	DefaultBatching         = redis.DefaultBatching
-	DefaultNodeFailures     = redis.DefaultNodeFailures
-	DefaultNodeCooldown     = redis.DefaultNodeCooldown
-	DefaultDenyCacheMaxHold = denycache.DefaultMaxHold
+	DefaultPrefix, DefaultBatching           = redis.DefaultPrefix, redis.DefaultBatching
+	DefaultNodeFailures, DefaultNodeCooldown = redis.DefaultNodeFailures, redis.DefaultNodeCooldown
+	DefaultDenyCacheMaxHold                  = denycache.DefaultMaxHold
 )
 
 // ErrNodeUnavailable is wrapped by the error of a call to a Cluster master

@@ -103,6 +103,25 @@ func Finish(d *ratelimit.Decision, allowed bool) {
 	}
 }
 
+// Call is what a request asks of a store besides its keys.
+type Call struct {
+	Cost     int64 // 0 peeks
+	UpTo     bool  // grant the largest cost ≤ Cost that fits (ratelimit.Granter)
+	MaxDelay int64 // µs; > 0 reserves a place in line up to that far (ratelimit.Reserver)
+}
+
+// Validate reports a request a store must refuse (storekit.Validate), or a
+// grant of part of a cost (Call.UpTo) asked for less than 1.
+func Validate(req ratelimit.Request, o Call) error {
+	if err := storekit.Validate(req); err != nil {
+		return err
+	}
+	if o.UpTo && req.Cost < 1 {
+		return fmt.Errorf("ratelimit/store: %w: TakeUpTo with cost %d, want at least 1", ratelimit.ErrInvalidRequest, req.Cost)
+	}
+	return nil
+}
+
 // ReserveUS converts a reservation's maximum delay to µs, bounded by
 // ratelimit.MaxSpan.
 func ReserveUS(d time.Duration) int64 {

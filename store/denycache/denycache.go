@@ -12,13 +12,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-var (
-	_ ratelimit.Store    = (*Cache)(nil)
-	_ ratelimit.Resetter = (*Cache)(nil)
-	_ ratelimit.Refunder = (*Cache)(nil)
-	_ ratelimit.Reserver = (*Cache)(nil)
-	_ ratelimit.Granter  = (*Cache)(nil)
-)
+var _ storekit.Complete = (*Cache)(nil)
 
 // DefaultMaxHold is how long the deny cache holds a denial at
 // most, unless WithMaxHold says otherwise.

@@ -9,14 +9,7 @@ import (
 
 // This file runs one request on the states of its keys: the decision both
 // stores make, written once for the memory store and mirrored by
-// lua/take.lua (the Redis Cluster path runs it one key at a time).
-
-// op is what a request asks besides its keys.
-type op struct {
-	cost     int64 // 0 peeks
-	upTo     bool  // grant the largest cost ≤ cost that fits (Granter)
-	maxDelay int64 // µs; > 0 reserves a place in line up to that far (Reserver)
-}
+// store/redis/take.lua (the Redis Cluster path runs it one key at a time).
 
 // keyState is one key's state and, after run, its outcome.
 type keyState struct {
@@ -43,9 +36,9 @@ type outcome struct {
 // reserving, all will by now+maxDelay) are all charged. A denial may set a
 // penalty (BlockFor). keys[i].stats receive each limit's status, as the
 // reply reports it.
-func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64, o op) outcome {
+func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64, o verdict.Call) outcome {
 	block := pol.BlockFor().Microseconds()
-	c1 := o.cost
+	c1 := o.Cost
 	if c1 == 0 {
 		c1 = 1 // a peek asks whether a request of cost 1 would fit
 	}
@@ -61,8 +54,8 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 			queueFull = true
 		}
 	}
-	granted := o.cost
-	if o.upTo {
+	granted := o.Cost
+	if o.UpTo {
 		// The grant is what every limit of every key has room for now.
 		for ki, k := range keys {
 			for i := range lim {
@@ -88,7 +81,7 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 			}
 		}
 	}
-	allowed := !blockedAny && (!o.upTo || granted > 0)
+	allowed := !blockedAny && (!o.UpTo || granted > 0)
 	for ki := range keys {
 		for i := range lim {
 			if evs[ki][i].retry != 0 {
@@ -97,7 +90,7 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 		}
 	}
 	var release int64
-	if !allowed && o.maxDelay > 0 && o.cost > 0 && !o.upTo && !blockedAny && !queueFull && bridge.Layout(pol).Reserves {
+	if !allowed && o.MaxDelay > 0 && o.Cost > 0 && !o.UpTo && !blockedAny && !queueFull && bridge.Layout(pol).Reserves {
 		// Reserve: the request is admitted when the last limit has room.
 		release = now
 		never := false
@@ -110,7 +103,7 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 				}
 			}
 		}
-		if !never && release-now <= o.maxDelay {
+		if !never && release-now <= o.MaxDelay {
 			allowed = true
 			for ki, k := range keys {
 				k.t = max(release, k.t0)
@@ -124,8 +117,8 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 	}
 	charged := int64(0)
 	if allowed {
-		charged = o.cost
-		if o.upTo {
+		charged = o.Cost
+		if o.UpTo {
 			charged = granted
 		}
 	} else {
@@ -172,7 +165,7 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 				s.Retry = max(s.Retry, b-k.t0)
 			}
 			s.Reset, s.Rem = max(s.Reset, b-k.t0), 0
-		} else if !allowed && block > 0 && o.cost > 0 {
+		} else if !allowed && block > 0 && o.Cost > 0 {
 			worst := -1
 			for i, s := range k.stats {
 				if s.Retry > 0 && (worst < 0 || s.Retry > k.stats[worst].Retry) {

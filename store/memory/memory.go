@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync/atomic"
@@ -16,13 +15,8 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-var (
-	_ storekit.Local     = (*Store)(nil)
-	_ ratelimit.Resetter = (*Store)(nil)
-	_ ratelimit.Refunder = (*Store)(nil)
-	_ ratelimit.Reserver = (*Store)(nil)
-	_ ratelimit.Granter  = (*Store)(nil)
-)
+var _ storekit.Complete = (*Store)(nil)
+var _ storekit.Local = (*Store)(nil)
 
 // Store is an in-process ratelimit.Store: the same algorithms and decisions as
 // Redis, for a single server, for tests, and as the fallback when Redis
@@ -133,20 +127,17 @@ const sweepEvery = int64(10 * time.Second / time.Microsecond)
 
 // Take implements ratelimit.Store.
 func (m *Store) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	return m.do(ctx, req, op{cost: req.Cost})
+	return m.do(ctx, req, verdict.Call{Cost: req.Cost})
 }
 
 // Reserve implements ratelimit.Reserver.
 func (m *Store) Reserve(ctx context.Context, req ratelimit.Request, maxDelay time.Duration) (ratelimit.Decision, error) {
-	return m.do(ctx, req, op{cost: req.Cost, maxDelay: verdict.ReserveUS(maxDelay)})
+	return m.do(ctx, req, verdict.Call{Cost: req.Cost, MaxDelay: verdict.ReserveUS(maxDelay)})
 }
 
 // TakeUpTo implements ratelimit.Granter.
 func (m *Store) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	if req.Cost < 1 {
-		return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: %w: TakeUpTo with cost %d, want at least 1", ratelimit.ErrInvalidRequest, req.Cost)
-	}
-	return m.do(ctx, req, op{cost: req.Cost, upTo: true})
+	return m.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true})
 }
 
 // lockKeys locks the shards of keys in ascending order, each once: it
@@ -175,8 +166,8 @@ func (m *Store) unlockShards(order []uint64) {
 	}
 }
 
-func (m *Store) do(ctx context.Context, req ratelimit.Request, o op) (ratelimit.Decision, error) {
-	if err := storekit.Validate(req); err != nil {
+func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (ratelimit.Decision, error) {
+	if err := verdict.Validate(req, o); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -424,7 +415,7 @@ func (m *Store) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) 
 		}
 		// Empty counters, but a new epoch, kept while a charge made
 		// before the Reset could still count: its refund then finds
-		// another epoch and gives nothing back (lua/reset.lua).
+		// another epoch and gives nothing back (store/redis/reset.lua).
 		epoch := e.f[layout.MemGen]/layout.GenEpoch + 1
 		clear(e.f)
 		e.f[layout.MemGen] = epoch * layout.GenEpoch

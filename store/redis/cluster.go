@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/internal/verdict"
 )
 
 // takeCluster runs one request whose keys live in different slots: each
@@ -18,9 +19,8 @@ import (
 // that never answered are left out. Charges made for a request that is not
 // admitted (or, granting, beyond the smallest grant) are refunded off the
 // request's path.
-func (r *Store) takeCluster(ctx context.Context, req ratelimit.Request, o call, prep *prepared, keys, idKeys []string, now int64) (ratelimit.Decision, error) {
+func (r *Store) takeCluster(ctx context.Context, req ratelimit.Request, o verdict.Call, prep *prepared, keys, idKeys []string, now int64) (ratelimit.Decision, error) {
 	nl := req.Policy.NumLimits()
-	o.maxDelay = 0 // each master would reserve its own time: no reservations across masters
 	pctx := ctx
 	if dl, ok := ctx.Deadline(); ok {
 		// End the calls at three quarters of the budget, leaving time to
@@ -67,7 +67,7 @@ collect:
 		}
 		replies[a.i] = a.rep
 	}
-	denied, grant := false, o.cost
+	denied, grant := false, o.Cost
 	for _, rep := range replies {
 		if rep == nil {
 			continue
@@ -187,7 +187,7 @@ func (f *refunder) add(key string, cost int64, marks []int64) {
 
 // run waits for the answers still pending (those that charged are refunded
 // too: the request did not wait for them), then refunds everything.
-func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, o call, grant int64, allowed bool, nl int) {
+func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, o verdict.Call, grant int64, allowed bool, nl int) {
 	ctx, cancel := context.WithTimeout(context.Background(), refundTimeout)
 	defer cancel()
 	for ; pending > 0; pending-- {

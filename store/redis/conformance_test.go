@@ -109,3 +109,25 @@ func vary(s *Store, n *int) {
 		s.general = true
 	}
 }
+
+// TestSentinelConformance runs the conformance suite on a Redis behind
+// Sentinel (a master, a replica and three sentinels on loopback), through
+// go-redis's failover client, the scripts reading the suite's clock.
+func TestSentinelConformance(t *testing.T) {
+	o := redistest.StartSentinel(t).FailoverOptions()
+	o.MaxRetries, o.ReadTimeout, o.WriteTimeout = -1, time.Minute, time.Minute
+	c := goredis.NewFailoverClient(o)
+	t.Cleanup(func() { c.Close() })
+	n := 0
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T, now func() time.Time) ratelimit.Store {
+			s, err := New(c, WithClock(now), WithPrefix(storetest.Namespace()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			vary(s, &n)
+			return s
+		},
+		Marks: true,
+	})
+}

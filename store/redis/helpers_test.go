@@ -1,10 +1,16 @@
 package redis
 
 import (
+	"context"
+	"os/exec"
 	"sync"
+	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // algorithms are every algorithm, for tests that run each.
@@ -23,3 +29,33 @@ type clock struct {
 
 func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// realRedis reports whether tests should start a real redis-server: it is
+// on PATH, or RATELIMIT_REQUIRE_REDIS=1 makes its absence a failure.
+func realRedis() bool {
+	_, err := exec.LookPath("redis-server")
+	return err == nil || redistest.Require()
+}
+
+// miniStore returns a Redis store with opts on its own client of a fresh
+// miniredis, closed when the test ends.
+func miniStore(t *testing.T, opts ...Option) (*miniredis.Miniredis, *goredis.Client, *Store) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	client := goredis.NewClient(&goredis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	s, err := New(client, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mr, client, s
+}
+
+func mustTake(t testing.TB, s ratelimit.Store, p *ratelimit.Policy, cost int64, keys ...string) ratelimit.Decision {
+	t.Helper()
+	d, err := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: keys, Cost: cost})
+	if err != nil {
+		t.Fatalf("Take(%q, cost %d): %v", keys, cost, err)
+	}
+	return d
+}

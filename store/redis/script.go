@@ -22,8 +22,25 @@ const (
 	opReset  = "x"
 )
 
-//go:embed script.lua
-var source string
+// The script's source, in files by job, joined in this order: the opening
+// (script.lua, which says what the script does), the lean path of the
+// common call, the reset, the counters, the refund and the take.
+var (
+	//go:embed script.lua
+	opening string
+	//go:embed lean.lua
+	lean string
+	//go:embed reset.lua
+	reset string
+	//go:embed counters.lua
+	counters string
+	//go:embed refund.lua
+	refund string
+	//go:embed take.lua
+	take string
+
+	source = opening + lean + reset + counters + refund + take
+)
 
 // prelude gives the script, by name, the numbers internal/layout names:
 // the kinds of counter, the positions of a limit's parameters, the hash

@@ -12,13 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-var (
-	_ ratelimit.Store    = (*Store)(nil)
-	_ ratelimit.Resetter = (*Store)(nil)
-	_ ratelimit.Refunder = (*Store)(nil)
-	_ ratelimit.Reserver = (*Store)(nil)
-	_ ratelimit.Granter  = (*Store)(nil)
-)
+var _ storekit.Complete = (*Store)(nil)
 
 // Store is a ratelimit.Store whose counters live in Redis, shared by every server
 // that uses the same Redis and key prefix. Each Take is one script call
@@ -75,30 +69,31 @@ type Store struct {
 
 // Take implements ratelimit.Store.
 func (r *Store) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	return r.do(ctx, req, call{cost: req.Cost})
+	return r.do(ctx, req, verdict.Call{Cost: req.Cost})
 }
 
 // Reserve implements ratelimit.Reserver. On a Cluster (or Ring), a request
 // whose keys live on several masters cannot reserve, since each master
 // would reserve its own time: it is a plain Take.
 func (r *Store) Reserve(ctx context.Context, req ratelimit.Request, maxDelay time.Duration) (ratelimit.Decision, error) {
-	return r.do(ctx, req, call{cost: req.Cost, maxDelay: verdict.ReserveUS(maxDelay)})
+	o := verdict.Call{Cost: req.Cost, MaxDelay: verdict.ReserveUS(maxDelay)}
+	if r.cluster && len(req.Keys) > 1 {
+		o.MaxDelay = 0 // each master would reserve its own time
+	}
+	return r.do(ctx, req, o)
 }
 
 // TakeUpTo implements ratelimit.Granter. On a Cluster (or Ring), each key
 // grants what fits on its master and the excess over the smallest grant is
 // refunded at once, off the request's path.
 func (r *Store) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	if req.Cost < 1 {
-		return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: %w: TakeUpTo with cost %d, want at least 1", ratelimit.ErrInvalidRequest, req.Cost)
-	}
-	return r.do(ctx, req, call{cost: req.Cost, upTo: true})
+	return r.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true})
 }
 
 // do runs one request within ctx's deadline (see NewRedis on timeouts).
-func (r *Store) do(ctx context.Context, req ratelimit.Request, o call) (_ ratelimit.Decision, err error) {
+func (r *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (_ ratelimit.Decision, err error) {
 	defer r.diag.explainErr(&err) // a timeout's error names its cause (diagnose.go)
-	if err := storekit.Validate(req); err != nil {
+	if err := verdict.Validate(req, o); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	if err := ctx.Err(); err != nil {

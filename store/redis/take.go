@@ -11,27 +11,20 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-// call is what a request asks besides its keys.
-type call struct {
-	cost     int64 // 0 peeks
-	upTo     bool  // grant the largest cost ≤ cost that fits (Granter)
-	maxDelay int64 // µs; > 0 reserves a place in line up to that far (Reserver)
-}
-
 // takeArgs lays out a take's ARGV (script.lua): the operation and the
 // call's own arguments, then the policy's unless its script has them baked
 // in.
-func (p *prepared) takeArgs(now int64, o call, rid any, hasID bool) []any {
+func (p *prepared) takeArgs(now int64, o verdict.Call, rid any, hasID bool) []any {
 	args := make([]any, 7, 7+len(p.tail))
 	mode := "0"
-	if o.upTo {
+	if o.UpTo {
 		mode = "1"
 	}
 	id := "0"
 	if hasID {
 		id = "1"
 	}
-	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = opTake, now, o.cost, mode, o.maxDelay, rid, id
+	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = opTake, now, o.Cost, mode, o.MaxDelay, rid, id
 	return append(args, p.tail...)
 }
 
@@ -44,7 +37,7 @@ func (r *Store) nowUS() int64 {
 	return 0
 }
 
-func (r *Store) take(ctx context.Context, req ratelimit.Request, o call) (ratelimit.Decision, error) {
+func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call) (ratelimit.Decision, error) {
 	pol := req.Policy
 	now := r.nowUS()
 	prep := r.scripts.prepare(pol, r.ttlExtra.Milliseconds())
@@ -65,8 +58,8 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o call) (rateli
 	if !r.cluster || len(keys) == 1 {
 		script, all := prep.script, append(keys, idKeys...)
 		var args []any
-		if len(keys) == 1 && idKeys == nil && !o.upTo && o.maxDelay == 0 && !r.general {
-			args = append([]any{opFast, now, o.cost, r.resendID(ctx)}, prep.tail...)
+		if len(keys) == 1 && idKeys == nil && !o.UpTo && o.MaxDelay == 0 && !r.general {
+			args = append([]any{opFast, now, o.Cost, r.resendID(ctx)}, prep.tail...)
 		} else {
 			args = prep.takeArgs(now, o, r.resendID(ctx), idKeys != nil)
 		}

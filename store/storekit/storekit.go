@@ -14,6 +14,17 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/bridge"
 )
 
+// Complete is a Store with every optional operation of package
+// ratelimit, as the stores of this module are: a compile-time check for
+// writers (var _ storekit.Complete = (*MyStore)(nil)).
+type Complete interface {
+	ratelimit.Store
+	ratelimit.Resetter
+	ratelimit.Refunder
+	ratelimit.Reserver
+	ratelimit.Granter
+}
+
 // Local is implemented by stores that answer without I/O and never block
 // beyond a short lock, such as the memory store: a Limiter calls them
 // without setting a deadline, which saves a timer per request.

@@ -31,12 +31,10 @@ func Equivalence(t *testing.T, h Harness) {
 // failures).
 func replay(t *testing.T, h Harness, p *ratelimit.Policy, trace []step, n int) {
 	t.Helper()
-	var clk clock
-	clk.Set(t0)
-	s := h.store(t, &clk)
+	s, clk := h.start(t)
 	trace = capsOf(s).fit(trace, h.OneKey)
 	ctx := context.Background()
-	mem := reference(&clk)
+	mem := reference(clk)
 	memR, gotR := make([]ratelimit.Receipt, len(trace)), make([]ratelimit.Receipt, len(trace))
 	for i, st := range trace {
 		clk.Set(t0.Add(st.at))

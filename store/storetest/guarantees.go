@@ -61,9 +61,7 @@ func Guarantees(t *testing.T, h Harness) {
 						}
 					}
 				}
-				var clk clock
-				clk.Set(t0)
-				mem := h.store(t, &clk)
+				mem, clk := h.start(t)
 				trace = capsOf(mem).fit(trace, h.OneKey)
 				admitted := map[string][]event{}
 				// A refund takes its charge's events out of those checked:

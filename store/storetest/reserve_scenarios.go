@@ -83,9 +83,8 @@ func runReserveSteps(t *testing.T, cs clocked, p *ratelimit.Policy, steps []rese
 func twoKeyReservation(t *testing.T, h Harness) {
 	for _, alg := range []ratelimit.Algorithm{ratelimit.SlidingWindow, ratelimit.SlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
-			var clk clock
-			clk.Set(t0)
-			cs := clocked{s: h.store(t, &clk), set: clk.Set}
+			s, clk := h.start(t)
+			cs := clocked{s: s, set: clk.Set}
 			p := ratelimit.MustParsePolicy("2/s", ratelimit.WithAlgorithm(alg), ratelimit.Named(fmt.Sprintf("two%d", alg)))
 			a, b := "a:"+t.Name(), "b:"+t.Name()
 			runReserveSteps(t, cs, p, []reserveStep{
@@ -113,9 +112,8 @@ func twoKeyReservation(t *testing.T, h Harness) {
 func cancelledWaiters(t *testing.T, h Harness) {
 	for _, alg := range reservingAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			var clk clock
-			clk.Set(t0)
-			cs := clocked{s: h.store(t, &clk), set: clk.Set}
+			s, clk := h.start(t)
+			cs := clocked{s: s, set: clk.Set}
 			name := fmt.Sprintf("cancel%d", alg)
 			k := "k:" + t.Name()
 			// All 32 cancelled, in an order that is neither first nor
@@ -180,9 +178,8 @@ func blockEveryWay(t *testing.T, h Harness) {
 	ctx := context.Background()
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			var clk clock
-			clk.Set(t0)
-			cs := clocked{s: h.store(t, &clk), set: clk.Set}
+			s, clk := h.start(t)
+			cs := clocked{s: s, set: clk.Set}
 			p := ratelimit.MustParsePolicy("2/m", ratelimit.WithAlgorithm(alg), ratelimit.BlockFor(time.Hour), ratelimit.Named(fmt.Sprintf("blk%d", alg)))
 			k, free := "k:"+t.Name(), "free:"+t.Name()
 			steps := []struct {

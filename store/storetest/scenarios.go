@@ -74,9 +74,7 @@ func mustTake(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, cost int64, 
 func deniedChargesNothing(t *testing.T, h Harness) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			var clk clock
-			clk.Set(t0)
-			s := h.store(t, &clk)
+			s, _ := h.start(t)
 			p := ratelimit.MustParsePolicy("5/h, 50/24h", ratelimit.WithAlgorithm(alg), ratelimit.Named("deny"))
 			user, ip := "user:1", "ip:1"
 			if d := mustTake(t, s, p, 5, user); !d.Allowed {
@@ -106,9 +104,7 @@ func concurrentExact(t *testing.T, h Harness) {
 	}
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			var clk clock
-			clk.Set(t0)
-			s := h.store(t, &clk)
+			s, _ := h.start(t)
 			p := ratelimit.MustParsePolicy("100/10s", ratelimit.WithAlgorithm(alg), ratelimit.Named("conc"))
 			var admitted, errs atomic.Int64
 			var wg sync.WaitGroup
@@ -140,9 +136,7 @@ func concurrentExact(t *testing.T, h Harness) {
 // denied as Never, charges nothing, and leaves the identity limited as
 // before (no arithmetic overflow).
 func hugeCost(t *testing.T, h Harness) {
-	var clk clock
-	clk.Set(t0)
-	s := h.store(t, &clk)
+	s, _ := h.start(t)
 	for _, alg := range algorithms {
 		p := ratelimit.MustParsePolicy("10/m, 100/h", ratelimit.WithAlgorithm(alg), ratelimit.Named("huge"))
 		key := "ip:" + alg.String()
@@ -190,9 +184,7 @@ func refundAfterReset(t *testing.T, h Harness) {
 	for _, step := range []time.Duration{0, 7 * time.Millisecond} {
 		for _, alg := range algorithms {
 			t.Run(fmt.Sprintf("%s/step%s", alg, step), func(t *testing.T) {
-				var clk clock
-				clk.Set(t0)
-				s := h.store(t, &clk)
+				s, clk := h.start(t)
 				advance := func() { clk.Set(clk.Now().Add(step)) }
 				p, err := ratelimit.NewPolicy("rr", alg, ratelimit.Limit{Rate: 2, Period: time.Hour})
 				if err != nil {
@@ -252,9 +244,7 @@ func refundHeavy(t *testing.T, h Harness) {
 			refunds := 0
 			for seed := uint64(0); seed < uint64(h.traces(t))*3/2; seed++ {
 				rng := rand.New(rand.NewPCG(seed, uint64(alg)))
-				var clk clock
-				clk.Set(t0)
-				s := h.store(t, &clk)
+				s, clk := h.start(t)
 				p := ratelimit.MustParsePolicy([]string{"3/s", "3/s, 5/2s"}[seed%2], ratelimit.WithAlgorithm(alg), ratelimit.Named("heavy"))
 				at := int64(0)
 				type charge struct {
@@ -309,9 +299,7 @@ func refundRaces(t *testing.T, h Harness) {
 	}
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			var clk clock
-			clk.Set(t0)
-			s := h.store(t, &clk)
+			s, clk := h.start(t)
 			rf := s.(ratelimit.Refunder)
 			p := ratelimit.MustParsePolicy(policies[alg], ratelimit.WithAlgorithm(alg), ratelimit.Named("race"))
 			ctx := context.Background()
@@ -432,9 +420,7 @@ func expiryKeepsGuarantees(t *testing.T, h Harness) {
 			if p.TTL().Milliseconds()%4 == 0 {
 				t.Fatalf("TTL %s is a multiple of 4ms: not the case under test", p.TTL())
 			}
-			var clk clock
-			clk.Set(t0)
-			s := h.store(t, &clk)
+			s, clk := h.start(t)
 			now := t0
 			var admitted []event
 			total := 0

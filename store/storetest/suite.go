@@ -77,6 +77,14 @@ func (h Harness) store(t *testing.T, clk *clock) ratelimit.Store {
 	return h.New(t, clk.Now)
 }
 
+// start returns a new store of h on a clock of its own, set to t0.
+func (h Harness) start(t *testing.T) (ratelimit.Store, *clock) {
+	t.Helper()
+	clk := &clock{}
+	clk.Set(t0)
+	return h.store(t, clk), clk
+}
+
 // reference returns the memory store on clk: the executable reference.
 func reference(clk *clock) ratelimit.Store { return memory.New(memory.WithClock(clk.Now)) }
 

@@ -1,0 +1,454 @@
+-- counters.lua: the policy, resend IDs, places in line and the counters
+-- of every algorithm, one limit at a time (see script.lua).
+
+-- The policy, baked or from ARGV from index a; a is then past it.
+local TTL, NL, BLOCK, IDTTL, RES, P
+local function policy(src, a)
+  TTL, NL, BLOCK, IDTTL, RES = tonumber(src[a]), tonumber(src[a + 1]), tonumber(src[a + 2]), tonumber(src[a + 3]), tostring(src[a + 4]) == '1'
+  P = {}
+  for i = 1, STRIDE * NL do P[i] = tonumber(src[a + 4 + i]) end
+  return a + 5 + STRIDE * NL
+end
+
+-- Resend IDs. Every call carries an ID (RIDLEN characters) that go-redis
+-- writes again, prefixed with '!' and followed by the call's horizon (µs;
+-- 0: none), when it sends the call again after losing its reply
+-- (resend.go). A key's field F_RESENDS holds, after 16 digits of the time
+-- its last ID was pushed out, the IDs of its last RIDN charges.
+local RESEND_LOST = 'RESEND ratelimit: a resent call found no record of its first run (more charges of its key came between than the key remembers); nothing was charged'
+
+-- resend splits the resend ID argument: the ID, whether this is a resend,
+-- and the horizon within which its first run ran.
+local function resend(arg)
+  if sub(arg, 1, 1) ~= '!' then return arg, false, 0 end
+  return sub(arg, 2, RIDLEN + 1), true, tonumber(sub(arg, RIDLEN + 2)) or 0
+end
+
+-- resendfound reports whether d lists the ID rid.
+local function resendfound(d, rid)
+  if not d or rid == '' then return false end
+  local q = find(d, rid, 17, true)
+  while q and (q - 17) % RIDLEN ~= 0 do q = find(d, rid, q + 1, true) end
+  return q ~= nil
+end
+
+-- resendlost reports whether d may have pushed out an ID charged within
+-- horizon of now (any time, for horizon 0).
+local function resendlost(d, now, horizon)
+  if not d then return false end
+  local pt = tonumber(sub(d, 1, 16)) or 0
+  return pt > 0 and (horizon == 0 or pt >= now - horizon)
+end
+
+-- resendrecord returns d with rid added, the oldest ID pushed out (and the
+-- time noted) when it holds RIDN already.
+local function resendrecord(d, rid, now)
+  local pt, ids = ZERO16, ''
+  if d then pt, ids = sub(d, 1, 16), sub(d, 17) end
+  ids = ids .. rid
+  if #ids > RIDLEN * RIDN then ids, pt = sub(ids, RIDLEN + 1), fmt('%016d', now) end
+  return pt .. ids
+end
+
+-- Pending reservations: s.qa, s.qc their release times and costs, in
+-- order of release, s.h the units they hold; the field F_PENDING holds
+-- them, QLEN digits each (16 of release time, 10 of cost).
+local function pending(s, q)
+  local qa, qc, h = {}, {}, 0
+  if q then
+    for i = 1, #q - QLEN + 1, QLEN do
+      local n = #qa + 1
+      qa[n], qc[n] = tonumber(sub(q, i, i + 15)), tonumber(sub(q, i + 16, i + QLEN - 1))
+      h = h + qc[n]
+    end
+  end
+  s.qa, s.qc, s.h = qa, qc, h
+end
+
+-- qstring writes s's pending reservations as the field F_PENDING.
+local function qstring(s)
+  local parts = {}
+  for i = 1, #s.qa do parts[i] = fmt('%016d%010d', s.qa[i], s.qc[i]) end
+  return table.concat(parts)
+end
+
+-- The counters. s holds the fields of one identity read so far: s[1] the
+-- time of the last charge; s.block, s.blocklim, s.expiry, s.resends,
+-- s.gen the other identity fields; numbered fields from F_FIRST the
+-- limits' own, as numbers, except a log's chunks (strings of 16-digit
+-- times; false when the field does not exist); s.qa, s.qc, s.h the
+-- pending reservations. A limit's parameters are P[j + P_*], j its base.
+
+-- fields appends to f, from index m + 1, the fields a call reads up front
+-- for every limit at time now: a sub-bucket ring's sum and the cost and
+-- latest admission of the current and the next sub-bucket; a log's oldest
+-- slot and, when it has few, its chunks (marked in ch: kept as strings); a
+-- window's or a bucket's own fields. It returns the new m; other fields are
+-- read on demand.
+local function fields(f, ch, m, now)
+  for j = 0, STRIDE * (NL - 1), STRIDE do
+    local kind, off = P[j + P_KIND], P[j + P_HASH]
+    if kind == K_BUCKETS then
+      local n1, kb = P[j + P_N] + 1, floor(now / P[j + P_WIDTH])
+      local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
+      f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], m = off, a, a + n1, b, b + n1, m + 5
+    elseif kind == K_LOG then
+      f[m + 1], m = off, m + 1
+      local nch = ceil(P[j + P_CAP] / P[j + P_CHUNK])
+      if nch <= 8 then
+        for c = 1, nch do f[m + 1], ch[m + 1], m = off + c, true, m + 1 end
+      end
+    elseif kind == K_TOKEN then
+      f[m + 1], m = off, m + 1
+    elseif kind == K_FIXED then
+      f[m + 1], f[m + 2], m = off, off + 1, m + 2
+    else
+      f[m + 1], f[m + 2], f[m + 3], m = off, off + 1, off + 2, m + 3
+    end
+  end
+  return m
+end
+
+-- bload loads the cost and latest-admission fields of buckets from..to.
+local function bload(s, key, j, from, to)
+  local off, n1 = P[j + P_HASH], P[j + P_N] + 1
+  local f, m = nil, 0
+  for b = from, to do
+    local x = off + 1 + b % n1
+    if s[x] == nil then
+      if not f then f = {} end
+      f[m + 1], f[m + 2], m = x, x + n1, m + 2
+    end
+  end
+  if m == 0 then return end
+  local v = redis.call('HMGET', key, unpack(f))
+  for i = 1, m do s[f[i]] = tonumber(v[i]) or 0 end
+end
+
+-- lslot returns the time of the i-th oldest slot of a log.
+local function lslot(s, key, j, i)
+  local R, off, cs = P[j + P_CAP], P[j + P_HASH], P[j + P_CHUNK]
+  local pos = (s[off] + i) % R
+  local f = off + 1 + floor(pos / cs)
+  local c = s[f]
+  if c == nil then
+    c = redis.call('HGET', key, f)
+    s[f] = c
+  end
+  if not c then return 0 end
+  local o = (pos % cs) * 16
+  if #c < o + 16 then return 0 end
+  return tonumber(sub(c, o + 1, o + 16))
+end
+
+-- lunit returns the time of the i-th oldest of the last capacity units
+-- of a log, its pending reservations' units coming after its slots.
+local function lunit(s, key, j, i)
+  local u = s.h + i
+  local R = P[j + P_CAP]
+  if u < R then return lslot(s, key, j, u) end
+  u = u - R
+  for q = 1, #s.qa do
+    if u < s.qc[q] then return s.qa[q] end
+    u = u - s.qc[q]
+  end
+end
+
+-- lavail counts the last capacity units of a log (pending reservations
+-- included) that stopped counting by t.
+local function lavail(s, key, j, t)
+  local lo, hi, per = 0, P[j + P_CAP], P[j + P_PERIOD]
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if lunit(s, key, j, mid) + per <= t then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+-- tat is a token bucket's theoretical arrival time with the pending
+-- reservations charged in order of release.
+local function tat(s, j)
+  local x, w = s[P[j + P_HASH]], P[j + P_WIDTH]
+  for q = 1, #s.qa do
+    if x < s.qa[q] then x = s.qa[q] end
+    x = x + s.qc[q] * w
+  end
+  return x
+end
+
+local function awin(s, j, t)
+  local off, k = P[j + P_HASH], floor(t / P[j + P_WIDTH])
+  local win = s[off]
+  if win == k then return s[off + 1], s[off + 2] end
+  if win == k - 1 then return 0, s[off + 1] end
+  return 0, 0
+end
+
+-- aavail: the weighted product in doubles, in the order Go computes it.
+local function aavail(j, t, cur, prev)
+  local per = P[j + P_WIDTH]
+  local e = t - floor(t / per) * per
+  local est = prev * (per - e) / per
+  local a = floor((P[j + P_CAP] - cur) - est)
+  if a < 0 then return 0 end
+  return a
+end
+
+local function aretry(s, j, t, cur, prev, c)
+  local per, cap = P[j + P_WIDTH], P[j + P_CAP]
+  local k = floor(t / per)
+  local function fits(x)
+    local a, b = awin(s, j, x)
+    return aavail(j, x, a, b) >= c
+  end
+  local x
+  local m = cap - cur - c
+  if m >= 0 and prev > 0 then
+    x = k * per + ceil(per - m * per / prev)
+  elseif cur > 0 then
+    x = (k + 1) * per + ceil(per - (cap - c) * per / cur)
+  else
+    x = (k + 1) * per
+  end
+  if x < t + 1 then x = t + 1 end
+  if x > (k + 2) * per then x = (k + 2) * per end
+  local i = 0
+  while i < 64 and not fits(x) do x, i = x + 1, i + 1 end
+  i = 0
+  while i < 64 and x > t + 1 and fits(x - 1) do x, i = x - 1, i + 1 end
+  return x - t
+end
+
+-- evaluate returns used, total, avail and retry of one limit at t for
+-- cost c (see store/memory's evaluate).
+local function evaluate(s, key, j, t, c)
+  local kind, cap, w = P[j + P_KIND], P[j + P_CAP], P[j + P_WIDTH]
+  local used, total, avail, retry = 0, 0, 0, 0
+  if kind == K_LOG then
+    avail = lavail(s, key, j, t)
+    if c > cap then
+      retry = -1
+    else
+      local free = lunit(s, key, j, c - 1) + P[j + P_PERIOD]
+      if free > t then retry = free - t end
+    end
+  elseif kind == K_BUCKETS then
+    local n, off = P[j + P_N], P[j + P_HASH]
+    local n1 = n + 1
+    local k, h = floor(t / w), floor(s[1] / w)
+    if k - h < n1 then
+      bload(s, key, j, h + 1, k + 1)
+      total = s[off]
+      for b = h + 1, k do total = total - s[off + 1 + b % n1] end
+      used = total
+      local es = off + 1 + (k + 1) % n1
+      if s[es] ~= 0 and s[es + n1] <= t - k * w then used = used - s[es] end
+    end
+    avail = cap - used
+    if c > cap then
+      retry = -1
+    elseif used + c > cap then
+      bload(s, key, j, k - n, h)
+      local need, freed = used + c - cap, 0
+      for b = k - n, h do
+        local x = off + 1 + b % n1
+        if s[x] ~= 0 and not (b == k - n and s[x + n1] <= t - k * w) then
+          freed = freed + s[x]
+          if freed >= need then
+            retry = (b + n) * w + s[x + n1] - t
+            break
+          end
+        end
+      end
+    end
+  elseif kind == K_FIXED then
+    local off = P[j + P_HASH]
+    if s[off] == floor(t / w) then used = s[off + 1] end
+    avail = cap - used
+    if c > cap then
+      retry = -1
+    elseif used + c > cap then
+      retry = (floor(t / w) + 1) * w - t
+    end
+  elseif kind == K_TOKEN then
+    used = tat(s, j)
+    if used < t then used = t end
+    local limit = cap * w
+    local x = limit - (used - t)
+    if x > 0 then avail = floor(x / w) end
+    if c > cap then
+      retry = -1
+    else
+      local nx = (used - t) + c * w
+      if nx > limit then retry = nx - limit end
+    end
+  else
+    used, total = awin(s, j, t)
+    avail = aavail(j, t, used, total)
+    if c > cap then
+      retry = -1
+    elseif c > avail then
+      retry = aretry(s, j, t, used, total, c)
+    end
+  end
+  return used, total, avail, retry
+end
+
+-- report returns the remaining cost and the time until the whole quota is
+-- back, after charging ch at t.
+local function report(s, key, j, t, used, total, avail, ch)
+  local kind, w = P[j + P_KIND], P[j + P_WIDTH]
+  local rem, reset = avail - ch, 0
+  if kind == K_LOG then
+    local newest = lunit(s, key, j, P[j + P_CAP] - 1)
+    if ch > 0 and t > newest then newest = t end
+    reset = newest + P[j + P_PERIOD] - t
+    if reset < 0 then reset = 0 end
+  elseif kind == K_BUCKETS then
+    if ch > 0 then return rem, P[j + P_PERIOD] end
+    if used == 0 then return rem, 0 end -- no counted bucket holds any cost
+    local n, off = P[j + P_N], P[j + P_HASH]
+    local n1 = n + 1
+    local k, h = floor(t / w), floor(s[1] / w)
+    if k - h >= n1 then return rem, 0 end
+    bload(s, key, j, k - n, h)
+    for b = h, k - n, -1 do
+      local x = off + 1 + b % n1
+      if s[x] ~= 0 and not (b == k - n and s[x + n1] <= t - k * w) then
+        return rem, (b + n) * w + s[x + n1] - t
+      end
+    end
+  elseif kind == K_FIXED then
+    if used + ch > 0 then reset = (floor(t / w) + 1) * w - t end
+  elseif kind == K_TOKEN then
+    local ahead = (used - t) + ch * w -- the TAT after the charge, from t
+    rem = 0
+    local x = P[j + P_CAP] * w - ahead
+    if x > 0 then rem = floor(x / w) end
+    reset = ahead
+  else
+    local k = floor(t / w)
+    if used + ch > 0 then
+      reset = (k + 2) * w - t
+    elseif total > 0 then
+      reset = (k + 1) * w - t
+    end
+  end
+  return rem, reset
+end
+
+-- lwrite sets the slots of positions pos..pos+c-1 (ring order) of a log to
+-- the 16-digit time ts, appending the changed chunk fields to out.
+local function lwrite(s, key, j, pos, c, ts, out, o)
+  local R, off, cs = P[j + P_CAP], P[j + P_HASH], P[j + P_CHUNK]
+  local i = 0
+  while i < c do
+    local p0 = (pos + i) % R
+    local ci = floor(p0 / cs)
+    local f = off + 1 + ci
+    local str = s[f]
+    if str == nil then str = redis.call('HGET', key, f) end
+    if not str then str = '' end
+    local nsl = cs
+    if (ci + 1) * cs > R then nsl = R - ci * cs end
+    local parts = {}
+    for q = 0, nsl - 1 do
+      if #str >= q * 16 + 16 then parts[q + 1] = sub(str, q * 16 + 1, q * 16 + 16) else parts[q + 1] = ZERO16 end
+    end
+    while i < c and floor(((pos + i) % R) / cs) == ci do
+      parts[(pos + i) % R % cs + 1] = ts
+      i = i + 1
+    end
+    str = table.concat(parts)
+    s[f] = str
+    out[o], out[o + 1], o = f, str, o + 2
+  end
+  return o
+end
+
+-- units appends the changed field, value pairs of c units charged at t to
+-- a log or a token bucket from its fields alone (a charge now, or a
+-- reservation folded in), keeping s up to date.
+local function units(s, key, j, t, c, out, o)
+  local off = P[j + P_HASH]
+  if P[j + P_KIND] == K_TOKEN then
+    local x = s[off]
+    if x < t then x = t end
+    s[off] = x + c * P[j + P_WIDTH]
+    out[o], out[o + 1] = off, fmt('%d', s[off])
+    return o + 2
+  end
+  local ptr = s[off]
+  o = lwrite(s, key, j, ptr, c, fmt('%016d', t), out, o)
+  s[off] = (ptr + c) % P[j + P_CAP]
+  out[o], out[o + 1] = off, s[off]
+  return o + 2
+end
+
+-- fold charges the pending reservations released by t into every limit's
+-- fields, in order of release, before a charge at t; it reports whether
+-- there were any.
+local function fold(s, key, t, out, o)
+  local n = 0
+  while n < #s.qa and s.qa[n + 1] <= t do
+    n = n + 1
+    for i = 0, NL - 1 do o = units(s, key, STRIDE * i, s.qa[n], s.qc[n], out, o) end
+    s.h = s.h - s.qc[n]
+  end
+  if n > 0 then
+    local qa, qc = {}, {}
+    for q = n + 1, #s.qa do qa[q - n], qc[q - n] = s.qa[q], s.qc[q] end
+    s.qa, s.qc = qa, qc
+  end
+  return o, n > 0
+end
+
+-- reserve records a reservation of c units released at t, in order of
+-- release (merged with one released at the same time).
+local function reserve(s, t, c)
+  local i = #s.qa
+  while i > 0 and s.qa[i] > t do i = i - 1 end
+  if i > 0 and s.qa[i] == t then
+    s.qc[i] = s.qc[i] + c
+  else
+    table.insert(s.qa, i + 1, t)
+    table.insert(s.qc, i + 1, c)
+  end
+  s.h = s.h + c
+end
+
+-- charge appends the changed field, value pairs of one limit charged c at
+-- t (no earlier than any time its fields hold) to out from index o and
+-- returns the next free index.
+local function charge(s, key, j, t, used, total, c, out, o)
+  local kind, w, off = P[j + P_KIND], P[j + P_WIDTH], P[j + P_HASH]
+  if kind == K_LOG or kind == K_TOKEN then
+    return units(s, key, j, t, c, out, o)
+  elseif kind == K_BUCKETS then
+    local n, n1 = P[j + P_N], P[j + P_N] + 1
+    local k, h = floor(t / w), floor(s[1] / w)
+    local lo = h + 1
+    if lo < k - n then lo = k - n end
+    if s[1] == 0 then lo = k end -- never charged: no sub-bucket to clear
+    for b = lo, k - 1 do
+      local x = off + 1 + b % n1
+      if s[x] ~= 0 then
+        s[x], s[x + n1] = 0, 0
+        out[o], out[o + 1], out[o + 2], out[o + 3], o = x, 0, x + n1, 0, o + 4
+      end
+    end
+    local x = off + 1 + k % n1
+    if k > h then s[x] = 0 else bload(s, key, j, k, k) end
+    s[x] = s[x] + c
+    out[o], out[o + 1], out[o + 2], out[o + 3] = x, s[x], x + n1, t - k * w
+    out[o + 4], out[o + 5] = off, total + c
+    return o + 6
+  elseif kind == K_FIXED then
+    out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
+    return o + 4
+  end
+  out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
+  out[o + 4], out[o + 5] = off + 2, total
+  return o + 6
+end
+

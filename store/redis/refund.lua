@@ -1,0 +1,144 @@
+-- refund.lua: the refund operation (see script.lua).
+
+-- refund takes back from one limit (base j) what a charge of cost c at
+-- time at still counts at now, never below zero and never another
+-- charge's units (see store/memory's refund), appending the changed fields
+-- to out from index o.
+local function refund(s, key, j, now, at, c, mark, samegen, out, o)
+  local kind, w, off = P[j + P_KIND], P[j + P_WIDTH], P[j + P_HASH]
+  if kind == K_BUCKETS then
+    local n1 = P[j + P_N] + 1
+    local b, h = floor(at / w), floor(s[1] / w)
+    if b <= h and b > h - n1 then
+      local x = off + 1 + b % n1
+      local back = s[x]
+      if back > c then back = c end
+      if back > 0 then
+        s[x], s[off] = s[x] - back, s[off] - back
+        out[o], out[o + 1], out[o + 2], out[o + 3], o = x, s[x], off, s[off], o + 4
+      end
+    end
+  elseif kind == K_FIXED then
+    if s[off] == floor(at / w) then
+      local v = s[off + 1] - c
+      if v < 0 then v = 0 end
+      out[o], out[o + 1], o = off + 1, v, o + 2
+    end
+  elseif kind == K_TOKEN then
+    if samegen then
+      local r = mark - s[1] -- every charge in the fields was made by s[1]
+      if r < 0 then r = 0 end
+      if r > c * w then r = c * w end
+      out[o], out[o + 1], o = off, fmt('%d', s[off] - r), o + 2
+    end -- else another refund came between: the bound does not hold; give nothing
+  elseif kind == K_APPROX then
+    local k = floor(at / w)
+    if s[off] == k or s[off] == k + 1 then
+      local f = off + 1
+      if s[off] == k + 1 then f = off + 2 end
+      local v = s[f] - c
+      if v < 0 then v = 0 end
+      out[o], out[o + 1], o = f, v, o + 2
+    end
+  elseif at + P[j + P_PERIOD] > now then
+    -- The log, while the charge counts: its units leave; units of the
+    -- earlier of its oldest time and its newest minus a Period stand in
+    -- for those it had replaced.
+    local R, per, cs = P[j + P_CAP], P[j + P_PERIOD], P[j + P_CHUNK]
+    local ring, found = {}, 0
+    for i = 0, R - 1 do
+      local v = lslot(s, key, j, i)
+      ring[i + 1] = v
+      if v == at then found = found + 1 end
+    end
+    local take = found
+    if c < take then take = c end
+    if take > 0 then
+      local keep, stand = {}, ring[R] - per
+      if ring[1] < stand then stand = ring[1] end
+      for i = 1, R do
+        if ring[i] == at and take > 0 then take = take - 1 else keep[#keep + 1] = ring[i] end
+      end
+      while #keep < R do keep[#keep + 1] = stand end
+      table.sort(keep)
+      for ci = 0, ceil(R / cs) - 1 do
+        local parts = {}
+        for q = ci * cs + 1, math.min((ci + 1) * cs, R) do parts[#parts + 1] = fmt('%016d', keep[q]) end
+        out[o], out[o + 1], o = off + 1 + ci, table.concat(parts), o + 2
+      end
+      out[o], out[o + 1], o = off, 0, o + 2
+    end
+  end
+  return o
+end
+
+local now = clock(ARGV[2])
+
+if OP == 'r' then
+  -- Refund: one charge (a Receipt), key by key.
+  local cost = tonumber(ARGV[3])
+  local base = 4
+  if BAKED then policy(BAKED, 1) else base = policy(ARGV, 4) end
+  local chunk = {}
+  for j = 0, STRIDE * (NL - 1), STRIDE do
+    if P[j + P_KIND] == K_LOG then
+      for c = 1, ceil(P[j + P_CAP] / P[j + P_CHUNK]) do chunk[P[j + P_HASH] + c] = true end
+    end
+  end
+  local done = 0
+  for k = 1, #KEYS do
+    local key = KEYS[k]
+    local m = base + (k - 1) * (2 + NL)
+    local at, gen = tonumber(ARGV[m]), tonumber(ARGV[m + 1])
+    local raw = redis.pcall('HGETALL', key)
+    if not raw.err and #raw > 0 then
+      local g = 0
+      for i = 1, #raw, 2 do
+        if raw[i] == F_GEN then g = tonumber(raw[i + 1]) or 0 end
+      end
+      -- A charge made before a Reset (another epoch in the high bits of
+      -- F_GEN) no longer counts: nothing to give back.
+      if floor(g / EPOCH) ~= floor(gen / EPOCH) then raw = {} end
+    end
+    if not raw.err and #raw > 0 then
+      local s, q = {}, nil
+      for i = 1, #raw, 2 do
+        local f, v = raw[i], raw[i + 1]
+        local fn = tonumber(f)
+        if fn and chunk[fn] then s[fn] = v elseif fn then s[fn] = tonumber(v) elseif f == F_PENDING then q = v elseif f == F_GEN then s.gen = tonumber(v) end
+      end
+      s[1], s.gen = s[1] or 0, s.gen or 0
+      pending(s, q)
+      local at_q = 0
+      for i = 1, #s.qa do
+        if s.qa[i] == at then at_q = i end
+      end
+      if at_q > 0 then
+        -- A place in line still pending: its units leave the line,
+        -- exactly; the fields never held them.
+        local back = cost
+        if back > s.qc[at_q] then back = s.qc[at_q] end
+        s.qc[at_q] = s.qc[at_q] - back
+        if s.qc[at_q] == 0 then
+          table.remove(s.qa, at_q)
+          table.remove(s.qc, at_q)
+        end
+        redis.call('HSET', key, F_PENDING, qstring(s))
+        done = done + 1
+      else
+        for j = 0, STRIDE * (NL - 1), STRIDE do
+          local kind, off, n = P[j + P_KIND], P[j + P_HASH], 0
+          if kind == K_BUCKETS then n = 2 * (P[j + P_N] + 1) elseif kind == K_FIXED then n = 1 elseif kind == K_APPROX then n = 2 end
+          for f = off, off + n do s[f] = s[f] or 0 end
+        end
+        local w, o = {}, 1
+        for i = 0, NL - 1 do o = refund(s, key, STRIDE * i, now, at, cost, tonumber(ARGV[m + 2 + i]), s.gen == gen, w, o) end
+        w[o], w[o + 1] = F_GEN, s.gen + 1
+        redis.call('HSET', key, unpack(w))
+        if o > 1 then done = done + 1 end
+      end
+    end
+  end
+  return done
+end
+

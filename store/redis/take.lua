@@ -1,0 +1,399 @@
+-- take.lua: the take operation's general path and the common call's
+-- (see script.lua).
+
+-- settle finishes one key's part of a take reply (from index o: kind, at,
+-- refund count, then 4 numbers per limit) and writes its fields. A running
+-- penalty (until sb, reported on limit sl) denies and says how long it
+-- lasts; else a denial that may start one (start) sets BLOCK on the limit
+-- that waits longest. A clock that stepped back by skew lengthens every
+-- wait by it. Then the changed fields w[1..wo-1] are written, as strings,
+-- and the expiry (recorded in F_EXPIRY, now sx) is pushed a quarter ttl
+-- past need when it falls short of it, so a busy key's expiry is refreshed
+-- once per quarter ttl.
+local function settle(key, out, o, w, wo, changed, sb, sl, t0, start, skew, need, sx, now)
+  if sb > t0 then
+    local p = o + 3 + 4 * sl
+    local left = sb - t0
+    if out[p + 2] >= 0 and out[p + 2] < left then out[p + 2] = left end
+    if out[p + 1] < left then out[p + 1] = left end
+    out[p] = 0
+  elseif start and BLOCK > 0 then
+    local worst
+    for i = 0, NL - 1 do
+      local r = out[o + 5 + 4 * i]
+      if r > 0 and (not worst or r > out[o + 5 + 4 * worst]) then worst = i end
+    end
+    if worst then
+      local p = o + 3 + 4 * worst
+      if out[p + 2] < BLOCK then out[p + 2] = BLOCK end
+      if out[p + 1] < BLOCK then out[p + 1] = BLOCK end
+      out[p] = 0
+      w[wo], w[wo + 1], w[wo + 2], w[wo + 3], wo = F_BLOCK, t0 + BLOCK, F_BLOCKLIM, worst, wo + 4
+      changed = true
+    end
+  end
+  if skew > 0 then
+    for i = 0, NL - 1 do
+      local p = o + 3 + 4 * i
+      if out[p + 2] > 0 then out[p + 2] = out[p + 2] + skew end
+      if out[p + 1] > 0 then out[p + 1] = out[p + 1] + skew end
+    end
+  end
+  if not changed then return end
+  if sx < need then
+    w[wo], w[wo + 1], wo = F_EXPIRY, need + TTL * 250, wo + 2
+  end
+  for i = 1, wo - 1 do
+    if type(w[i]) == 'number' then w[i] = fmt('%d', w[i]) end
+  end
+  redis.call('HSET', key, unpack(w))
+  if sx < need then redis.call('PEXPIRE', key, ceil((need + TTL * 250 - now) / 1000) + 1) end
+end
+
+-- read returns the fields of one identity a take reads up front (f: the
+-- identity's fields named in fs, then those of fields()), or nil and the
+-- error reply of a failure other than WRONGTYPE; flag is 2 when a key of
+-- another type was replaced.
+local function read(key, fs, now)
+  local f, ch = {}, {}
+  for i = 1, #fs do f[i] = fs[i] end
+  local m = fields(f, ch, #fs, now)
+  local args = {}
+  for i = 1, m do
+    local x = f[i]
+    if type(x) == 'number' then x = nm(x) end
+    args[i] = x
+  end
+  local v = redis.pcall('HMGET', key, unpack(args))
+  local flag = 0
+  if v.err then
+    if not find(v.err, 'WRONGTYPE', 1, true) then return nil, v end
+    -- Our own key under our prefix, overwritten with another type:
+    -- start it afresh rather than fail every request for it.
+    redis.log(redis.LOG_WARNING, 'ratelimit: ' .. key .. ' held another type; replaced with fresh counters')
+    redis.call('DEL', key)
+    flag, v = 2, {}
+  end
+  local s = {}
+  for i = #fs + 1, m do
+    if ch[i] then s[f[i]] = v[i] or false else s[f[i]] = tonumber(v[i]) or 0 end
+  end
+  return s, v, flag
+end
+
+-- Take: 't' any call, 'f' the common call (one key, no request ID, a
+-- plain take), which carries fewer arguments and takes a leaner path.
+local cost, upto, maxd, hasid, rid, resent, horizon
+if OP == 'f' then
+  cost, upto, maxd, hasid = tonumber(ARGV[3]), false, 0, false
+  rid, resent, horizon = resend(ARGV[4])
+  if BAKED then policy(BAKED, 1) else policy(ARGV, 5) end
+else
+  cost, upto, maxd, hasid = tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5]), ARGV[7] == '1'
+  rid, resent, horizon = resend(ARGV[6])
+  if BAKED then policy(BAKED, 1) else policy(ARGV, 8) end
+end
+local c1 = cost
+if c1 == 0 then c1 = 1 end
+
+if OP == 'f' then
+  -- The common call, leaner: one key, no request ID, a plain take. It
+  -- reads the penalty's limit only while a penalty runs, the pending
+  -- reservations only under a policy that reserves, and replies as the
+  -- general path below does.
+  local key = KEYS[1]
+  local fs = {1, F_BLOCK, F_EXPIRY, F_RESENDS, F_GEN}
+  if RES then fs[6] = F_PENDING end
+  local s, v, flags = read(key, fs, now)
+  if not s then return v end
+  s[1] = tonumber(v[1]) or 0
+  local sb, sx, d, sg = tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4], tonumber(v[5]) or 0
+  if RES then pending(s, v[6]) else pending(s, nil) end
+  local t0 = now
+  if s[1] > t0 then t0 = s[1] end
+  local out = {0, now, 0, 0, flags, 0, t0, sg}
+  -- A resend of a call that charged: admitted, and charged nothing again
+  -- (see the general path).
+  if resent and resendfound(d, rid) then
+    out[1], out[3], out[6], out[8] = 1, cost, 3, 0
+    for i = 0, NL - 1 do
+      local u, tot, av = evaluate(s, key, STRIDE * i, t0, c1)
+      local rem, reset = report(s, key, STRIDE * i, t0, u, tot, av, 0)
+      local p = 9 + 4 * i
+      out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, 0, 0
+    end
+    return out
+  end
+  if resent and resendlost(d, now, horizon) then return redis.error_reply(RESEND_LOST) end
+  local EU, ET, EA, ER = {}, {}, {}, {}
+  local allowed = sb <= t0
+  for i = 1, NL do
+    local u, tot, av, r = evaluate(s, key, STRIDE * (i - 1), t0, c1)
+    EU[i], ET[i], EA[i], ER[i] = u, tot, av, r
+    if r ~= 0 then allowed = false end
+  end
+  local charged = 0
+  if allowed then
+    charged = cost
+    out[1], out[3] = 1, cost
+  end
+  for i = 0, NL - 1 do
+    local rem, reset = report(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged)
+    local p = 9 + 4 * i
+    out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[i + 1], 0
+  end
+  local w, wo, changed = {}, 1, false
+  if charged > 0 then
+    local folded
+    wo, folded = fold(s, key, t0, w, wo)
+    for i = 0, NL - 1 do
+      wo = charge(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], charged, w, wo)
+      if P[STRIDE * i + P_KIND] == K_TOKEN then out[12 + 4 * i] = s[P[STRIDE * i + P_HASH]] end
+    end
+    if folded then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
+    w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
+    if rid ~= '' then w[wo], w[wo + 1], wo = F_RESENDS, resendrecord(d, rid, now), wo + 2 end
+    out[6] = 1
+    changed = true
+  end
+  local sl, skew, need = 0, 0, t0 + TTL * 1000
+  if sb > t0 then sl = tonumber(redis.call('HGET', key, F_BLOCKLIM)) or 0 end
+  if t0 > now then skew = t0 - now end
+  if #s.qa > 0 and s.qa[#s.qa] + TTL * 1000 > need then need = s.qa[#s.qa] + TTL * 1000 end
+  settle(key, out, 6, w, wo, changed, sb, sl, t0, not allowed and cost > 0, skew, need, sx, now)
+  return out
+end
+
+-- The general path: any number of keys, request IDs, grants of part of a
+-- cost, reservations (store/memory's run).
+local nk = #KEYS
+if hasid then nk = nk / 2 end
+
+-- Read each key's fields: its ID record first (a repeat is not decided
+-- again), then the fields the allow path needs; more load on demand.
+local S, REC, RECE, D, nd, flags = {}, {}, {}, {}, 0, 0
+for k = 1, nk do
+  if hasid then
+    local r = redis.call('HMGET', KEYS[nk + k], 'n', 'e', 'v')
+    local n, e = tonumber(r[1]) or 0, tonumber(r[2])
+    RECE[k] = e
+    if r[3] and e and e > now and n < MAXREP then
+      -- A key under a running penalty is decided again, whatever its ID
+      -- was answered before: a block holds against repeats.
+      local b = redis.pcall('HMGET', KEYS[k], F_BLOCK, 1)
+      local sb, s1 = 0, 0
+      if not b.err then sb, s1 = tonumber(b[1]) or 0, tonumber(b[2]) or 0 end
+      if sb <= now or sb <= s1 then
+        redis.call('HINCRBY', KEYS[nk + k], 'n', 1)
+        REC[k] = r[3]
+      end
+    end
+  end
+  if not REC[k] then
+    local s, v, flag = read(KEYS[k], {1, F_BLOCK, F_BLOCKLIM, F_PENDING, F_EXPIRY, F_RESENDS, F_GEN}, now)
+    if not s then return v end
+    if flag > 0 then flags = flag end
+    s[1], s.block, s.blocklim, s.expiry, s.resends, s.gen = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[5]) or 0, v[6], tonumber(v[7]) or 0
+    pending(s, v[4])
+    S[k] = s
+    nd = nd + 1
+    D[nd] = k
+  end
+end
+
+-- A resend of a call that charged (go-redis sent the script again after
+-- losing its reply): charge nothing again. A plain take was admitted; a
+-- grant or a reservation is reported as not granted, since its answer is
+-- not kept. A resend found on no key either was not charged the first time
+-- (then it is decided now) or was pushed out of every key's list of IDs:
+-- when a key pushed an ID out within the horizon, which one cannot be
+-- told, and the call fails rather than charge twice.
+if resent then
+  for x = 1, nd do
+    if resendfound(S[D[x]].resends, rid) then
+      local plain = not upto and maxd == 0
+      local out = {0, now, 0, 0, flags}
+      if plain then out[1], out[3] = 1, cost end
+      for k = 1, nk do
+        local o = 6 + (k - 1) * (3 + 4 * NL)
+        local s = S[k]
+        out[o], out[o + 1], out[o + 2] = 3, 0, 0
+        for i = 0, NL - 1 do
+          local j, p = STRIDE * i, o + 3 + 4 * i
+          out[p], out[p + 1], out[p + 2], out[p + 3] = 0, 0, 0, 0
+          if s then
+            local t = now
+            if s[1] > t then t = s[1] end
+            out[o + 1] = t
+            local u, tot, av, r = evaluate(s, KEYS[k], j, t, c1)
+            local rem, reset = report(s, KEYS[k], j, t, u, tot, av, 0)
+            if plain then r = 0 end
+            out[p], out[p + 1], out[p + 2] = rem, reset, r
+          end
+        end
+      end
+      return out
+    end
+  end
+  for x = 1, nd do
+    if resendlost(S[D[x]].resends, now, horizon) then return redis.error_reply(RESEND_LOST) end
+  end
+end
+
+-- Decide.
+local EU, ET, EA, ER, T0, T = {}, {}, {}, {}, {}, {}
+local blocked = false
+for x = 1, nd do
+  local k = D[x]
+  local s = S[k]
+  local t0 = now
+  if s[1] > t0 then t0 = s[1] end
+  T0[k], T[k] = t0, t0
+  if s.block > t0 then blocked = true end
+end
+-- evalall evaluates every limit of every key decided at its time in at,
+-- for cost c (results in EU, ET, EA, ER by key and limit).
+local function evalall(at, c)
+  for x = 1, nd do
+    local k = D[x]
+    for i = 0, NL - 1 do
+      local q = (k - 1) * NL + i + 1
+      EU[q], ET[q], EA[q], ER[q] = evaluate(S[k], KEYS[k], STRIDE * i, at[k], c)
+    end
+  end
+end
+local granted = cost
+if upto then
+  -- The grant is what every limit of every key has room for now.
+  evalall(T0, 1)
+  for q, a in pairs(EA) do
+    if a < granted then granted = a end
+  end
+  if blocked then granted = 0 end
+  if granted > 0 then
+    c1 = granted
+    for q in pairs(ER) do ER[q] = 0 end
+  end
+else
+  evalall(T0, c1)
+end
+local allowed = not blocked and (not upto or granted > 0)
+for x = 1, nd do
+  for i = 0, NL - 1 do
+    if ER[(D[x] - 1) * NL + i + 1] ~= 0 then allowed = false end
+  end
+end
+local release = 0
+local full = false -- a key keeps as many pending reservations as it may
+for x = 1, nd do
+  if #S[D[x]].qa >= MAXQ then full = true end
+end
+if not allowed and maxd > 0 and cost > 0 and not upto and not blocked and not full and RES and nd > 0 then
+  -- Reserve: admitted when the last limit has room, if within maxd.
+  local never = false
+  release = now
+  for x = 1, nd do
+    local k = D[x]
+    for i = 0, NL - 1 do
+      local r = ER[(k - 1) * NL + i + 1]
+      if r < 0 then never = true elseif T0[k] + r > release then release = T0[k] + r end
+    end
+  end
+  if not never and release - now <= maxd then
+    allowed = true
+    for x = 1, nd do
+      local k = D[x]
+      T[k] = release
+      if T0[k] > release then T[k] = T0[k] end
+    end
+    evalall(T, c1)
+  else
+    release = 0
+  end
+end
+local charged = 0
+if allowed then
+  charged = cost
+  if upto then charged = granted end
+else
+  granted = 0
+end
+
+-- numbers splits an ID record's answer: granted, at, then per limit
+-- remaining, reset, retry.
+local function numbers(str)
+  local v, n = {}, 0
+  for x in string.gmatch(str, '%S+') do
+    n = n + 1
+    v[n] = tonumber(x)
+  end
+  return v
+end
+local out = {1, now, charged, release, flags}
+if not allowed then out[1] = 0 end
+if nd == 0 then
+  -- Every key answered by its ID record: the first answer, as it was.
+  out[3] = numbers(REC[1])[1]
+end
+local ttl = TTL * 1000
+for k = 1, nk do
+  local o = 6 + (k - 1) * (3 + 4 * NL)
+  if REC[k] then
+    local v = numbers(REC[k])
+    out[o], out[o + 1], out[o + 2] = 2, v[2], 0
+    for i = 0, NL - 1 do
+      local p = o + 3 + 4 * i
+      out[p], out[p + 1], out[p + 2], out[p + 3] = v[3 + 3 * i], v[4 + 3 * i], v[5 + 3 * i], 0
+    end
+  else
+    local s, key, t0, t = S[k], KEYS[k], T0[k], T[k]
+    out[o], out[o + 1], out[o + 2] = 0, t, s.gen
+    for i = 0, NL - 1 do
+      local q, p = (k - 1) * NL + i + 1, o + 3 + 4 * i
+      local rem, reset = report(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged)
+      out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[q], 0
+    end
+    local w, wo, changed = {}, 1, false
+    if charged > 0 then
+      -- Reservations released by t0 join the fields first; a place in
+      -- line stays pending.
+      local folded
+      wo, folded = fold(s, key, t0, w, wo)
+      if t > t0 then
+        reserve(s, t, charged)
+        for i = 0, NL - 1 do
+          if P[STRIDE * i + P_KIND] == K_TOKEN then out[o + 6 + 4 * i] = t + charged * P[STRIDE * i + P_WIDTH] end
+        end
+      else
+        for i = 0, NL - 1 do
+          local q = (k - 1) * NL + i + 1
+          wo = charge(s, key, STRIDE * i, t, EU[q], ET[q], charged, w, wo)
+          if P[STRIDE * i + P_KIND] == K_TOKEN then out[o + 6 + 4 * i] = s[P[STRIDE * i + P_HASH]] end
+        end
+      end
+      if folded or t > t0 then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
+      w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
+      if rid ~= '' then w[wo], w[wo + 1], wo = F_RESENDS, resendrecord(s.resends, rid, now), wo + 2 end
+      out[o] = 1
+      changed = true
+    end
+    -- Penalties, a clock that stepped back, the write and the expiry: the
+    -- key must outlive what it records by ttl.
+    local skew, need = 0, t0 + ttl
+    if release == 0 and t0 > now then skew = t0 - now end
+    if t > t0 then need = t + ttl end
+    if #s.qa > 0 and s.qa[#s.qa] + ttl > need then need = s.qa[#s.qa] + ttl end
+    settle(key, out, o, w, wo, changed, s.block, s.blocklim, t0, not allowed and cost > 0, skew, need, s.expiry, now)
+    if hasid and charged > 0 and not (RECE[k] and RECE[k] > now) then
+      local v = {charged, t}
+      for i = 0, NL - 1 do
+        local p = o + 3 + 4 * i
+        v[3 + 3 * i], v[4 + 3 * i], v[5 + 3 * i] = out[p], out[p + 1], out[p + 2]
+      end
+      for i = 1, #v do v[i] = fmt('%d', v[i]) end
+      redis.call('HSET', KEYS[nk + k], 'n', 0, 'e', fmt('%d', now + IDTTL), 'v', table.concat(v, ' '))
+      redis.call('PEXPIRE', KEYS[nk + k], ceil(IDTTL / 1000) + 1)
+    end
+  end
+end
+return out
