@@ -55,17 +55,39 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     local kind, cap, w, per, off = BAKED[j + P_KIND], BAKED[j + P_CAP], BAKED[j + P_WIDTH], BAKED[j + P_PERIOD], BAKED[j + P_HASH]
     local k, rem, reset, mark = floor(now / w), 0, per, 0
     if kind == K_BUCKETS then
-      local n1 = BAKED[j + P_N] + 1
-      local tot, cur = 0, 0
-      if s1 ~= 0 then
-        local h = floor(s1 / w)
+      -- The ring's sum less the sub-buckets that left it (h+1..k hold
+      -- older ones' costs), which are cleared as the general path clears
+      -- them; all of them when the whole window lapsed.
+      local n, n1 = BAKED[j + P_N], BAKED[j + P_N] + 1
+      local tot, cur, used = 0, 0, 0
+      local h = floor(s1 / w)
+      if s1 ~= 0 and k - h <= 1 then
         tot, cur = tonumber(v[x]) or 0, tonumber(v[x + 1]) or 0
         if k > h then tot, cur = tot - cur, 0 end
-        ok = k - h <= 1 -- else lapsed sub-buckets: the general path clears them
+      elseif s1 ~= 0 and k - h < n1 then
+        tot = (tonumber(v[x]) or 0) - (tonumber(v[x + 1]) or 0)
+        local g = {}
+        for q = h + 1, k - 1 do g[q - h] = nm(off + 1 + q % n1) end
+        local gv = redis.call('HMGET', key, unpack(g))
+        for q = h + 1, k - 1 do
+          local c = tonumber(gv[q - h]) or 0
+          if c ~= 0 then
+            tot = tot - c
+            wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = g[q - h], '0', nm(off + 1 + q % n1 + n1), '0', o + 4
+          end
+        end
+      elseif s1 ~= 0 then
+        for q = k - n, k - 1 do
+          local c = off + 1 + q % n1
+          if q > k - n or (tonumber(v[x + 3]) or 0) ~= 0 then wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = nm(c), '0', nm(c + n1), '0', o + 4 end
+        end
       end
-      local used, edge = tot, tonumber(v[x + 3]) or 0
-      if edge ~= 0 and (tonumber(v[x + 4]) or 0) <= now - k * w then used = used - edge end
-      if not ok or used + cost > cap then
+      if s1 == 0 or k - h < n1 then
+        used = tot
+        local edge = tonumber(v[x + 3]) or 0
+        if edge ~= 0 and (tonumber(v[x + 4]) or 0) <= now - k * w then used = used - edge end
+      end
+      if used + cost > cap then
         ok = false
         break
       end
