@@ -85,6 +85,13 @@ type Decision struct {
 	// ResetAfter is how long until the most restrictive limit has its whole
 	// quota back, if nothing more is charged.
 	ResetAfter time.Duration
+	// RefillAfter is how long the most restrictive limit admits no more
+	// than Remaining, whatever is asked: until some of its quota comes
+	// back, if nothing more is charged (the RateLimit header's t of
+	// draft-11). With the whole quota there, it is how long the limit
+	// admits no more than it: a period, a sub-bucket, an emission interval,
+	// or what is left of a window.
+	RefillAfter time.Duration
 	// RetryAfter is how long until a request of the same cost could be
 	// admitted, if nothing more is charged: 0 when allowed, Never when the
 	// cost exceeds a limit's capacity.
@@ -221,6 +228,9 @@ type LimitStatus struct {
 	Remaining int64
 	// ResetAfter is how long until this limit has its whole quota back.
 	ResetAfter time.Duration
+	// RefillAfter is how long this limit admits no more than Remaining
+	// (see Decision.RefillAfter).
+	RefillAfter time.Duration
 	// RetryAfter is how long until this limit has room for the request's
 	// cost: 0 when it has room now, Never when it never will.
 	RetryAfter time.Duration

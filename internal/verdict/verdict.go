@@ -11,10 +11,12 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-// Status is one limit's state for one key, in microseconds. Retry is 0
-// when the limit had room, -1 when the cost exceeds its capacity.
+// Status is one limit's state for one key, in microseconds: the cost it
+// can still admit (Rem), until its whole quota is back (Reset), until it
+// admits more than Rem (Refill), and until the request's cost fits (Retry:
+// 0 when it had room, -1 when the cost exceeds its capacity).
 type Status struct {
-	Rem, Reset, Retry int64
+	Rem, Reset, Refill, Retry int64
 }
 
 // Skewed moves a status computed at time t = now + skew (the last charge's
@@ -27,6 +29,9 @@ func Skewed(s Status, skew int64) Status {
 		}
 		if s.Reset > 0 {
 			s.Reset += skew
+		}
+		if s.Refill > 0 {
+			s.Refill += skew
 		}
 	}
 	return s
@@ -61,11 +66,12 @@ func Fold(d *ratelimit.Decision, i, ki int, s Status, first bool) {
 		return
 	}
 	*cur = ratelimit.LimitStatus{
-		Key:        ki,
-		Allowed:    s.Retry == 0,
-		Remaining:  s.Rem,
-		ResetAfter: time.Duration(s.Reset) * time.Microsecond,
-		RetryAfter: retryDuration(s.Retry),
+		Key:         ki,
+		Allowed:     s.Retry == 0,
+		Remaining:   s.Rem,
+		ResetAfter:  time.Duration(s.Reset) * time.Microsecond,
+		RefillAfter: time.Duration(s.Refill) * time.Microsecond,
+		RetryAfter:  retryDuration(s.Retry),
 	}
 }
 
@@ -81,7 +87,7 @@ func toStatus(l ratelimit.LimitStatus) Status {
 	if l.RetryAfter == ratelimit.Never {
 		retry = -1
 	}
-	return Status{Rem: l.Remaining, Reset: l.ResetAfter.Microseconds(), Retry: retry}
+	return Status{Rem: l.Remaining, Reset: l.ResetAfter.Microseconds(), Refill: l.RefillAfter.Microseconds(), Retry: retry}
 }
 
 // Finish picks the most restrictive limit of d.Limits as the decision's
@@ -96,7 +102,7 @@ func Finish(d *ratelimit.Decision, allowed bool) {
 	}
 	l := d.Limits[best]
 	d.Limit, d.Key = best, l.Key
-	d.Remaining, d.ResetAfter = l.Remaining, l.ResetAfter
+	d.Remaining, d.ResetAfter, d.RefillAfter = l.Remaining, l.ResetAfter, l.RefillAfter
 	d.RetryAfter = 0
 	if !allowed {
 		d.RetryAfter = l.RetryAfter

@@ -240,12 +240,14 @@ func (e *denial) replay(elapsed time.Duration, ki int) ratelimit.Decision {
 	d.Key = ki
 	d.RetryAfter = e.wait - elapsed
 	d.ResetAfter = max(d.ResetAfter-elapsed, d.RetryAfter)
+	d.RefillAfter = max(d.RefillAfter-elapsed, 0)
 	d.Limits = make([]ratelimit.LimitStatus, len(e.d.Limits))
 	for i, l := range e.d.Limits {
 		l.Key = ki
 		if l.ResetAfter > 0 {
 			l.ResetAfter = max(l.ResetAfter-elapsed, 0)
 		}
+		l.RefillAfter = max(l.RefillAfter-elapsed, 0)
 		if l.RetryAfter > 0 {
 			l.RetryAfter = max(l.RetryAfter-elapsed, 0)
 			l.Allowed = l.RetryAfter == 0

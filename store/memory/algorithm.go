@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"math"
+
 	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
 
@@ -161,6 +163,55 @@ func report(k *counters, t int64, p *layout.Limit, e *eval, ch int64) (rem, rese
 		}
 	}
 	return rem, reset
+}
+
+// refill returns how long, after charging ch at t, the limit admits no
+// more than rem, what remains: until the first of its quota comes back, if
+// nothing more is charged. It may say less, never more (the approximation
+// says a microsecond less). With its whole quota there, it is how long the
+// limit admits no more than it.
+func refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64 {
+	st, w := k.st, p.Width
+	switch p.Kind {
+	case layout.Log:
+		if e.avail < p.Capacity {
+			return logUnit(k, p, e.avail) + p.Period - t // its oldest counted unit leaves
+		}
+		return p.Period
+	case layout.Buckets:
+		// The oldest sub-bucket still counting leaves first, whole; with
+		// none, what is charged now leaves after Period.
+		n1 := p.N + 1
+		kk, h := t/w, st[layout.MemTime]/w
+		if kk-h >= n1 {
+			return p.Period
+		}
+		cnt, lat := st[p.Mem+1:p.Mem+1+int(n1)], st[p.Mem+1+int(n1):p.Mem+1+2*int(n1)]
+		for b := kk - p.N; b <= h; b++ {
+			s := b % n1
+			if cnt[s] != 0 && (b != kk-p.N || lat[s] > t-kk*w) {
+				return (b+p.N)*w + lat[s] - t
+			}
+		}
+		return p.Period
+	case layout.Token:
+		x := p.Capacity*w - ((e.used - t) + ch*w) // the room the bucket has, µs
+		if x >= p.Capacity*w {
+			return w // full: a token comes back one interval after one is used
+		}
+		return (rem+1)*w - x
+	case layout.Approx:
+		kk := t / w
+		end := (kk+1)*w - t
+		cur, prev := e.used+ch, e.total
+		m := p.Capacity - cur - (rem + 1)
+		if prev == 0 || m < 0 {
+			return end
+		}
+		d := int64(math.Floor(float64(w) - float64(m)*float64(w)/float64(prev)))
+		return min(max(kk*w+d-t-1, 0), end)
+	}
+	return (t/w+1)*w - t // fixed: what is left of the window
 }
 
 // charge adds cost c to one limit's fields at time t (e is its evaluation

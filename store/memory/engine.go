@@ -128,7 +128,7 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 		for i := range lim {
 			e := &evs[ki][i]
 			rem, reset := report(&k.counters, k.t, &lim[i], e, charged)
-			k.stats[i] = verdict.Status{Rem: rem, Reset: reset, Retry: e.retry}
+			k.stats[i] = verdict.Status{Rem: rem, Reset: reset, Refill: refill(&k.counters, k.t, &lim[i], e, charged, rem), Retry: e.retry}
 		}
 		k.at = k.t
 		if charged > 0 {
@@ -164,7 +164,7 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 			if s.Retry >= 0 {
 				s.Retry = max(s.Retry, b-k.t0)
 			}
-			s.Reset, s.Rem = max(s.Reset, b-k.t0), 0
+			s.Reset, s.Refill, s.Rem = max(s.Reset, b-k.t0), max(s.Refill, b-k.t0), 0
 		} else if !allowed && block > 0 && o.Cost > 0 {
 			worst := -1
 			for i, s := range k.stats {
@@ -175,7 +175,7 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 			if worst >= 0 {
 				k.st[layout.MemBlock], k.st[layout.MemBlockLimit] = k.t0+block, int64(worst)
 				s := &k.stats[worst]
-				s.Retry, s.Reset, s.Rem = max(s.Retry, block), max(s.Reset, block), 0
+				s.Retry, s.Reset, s.Refill, s.Rem = max(s.Retry, block), max(s.Reset, block), max(s.Refill, block), 0
 				k.blocked = true
 			}
 		}

@@ -98,16 +98,16 @@ collect:
 		m := make([]int64, 0, 2+nl)
 		m = append(m, part[1], part[2])
 		for i := 0; i < nl; i++ {
-			m = append(m, part[3+4*i+3])
+			m = append(m, limitAt(part, i)[lMark])
 		}
 		refunds.add(keys[ki], back, slices.Clone(m))
 		// Report this key as if it had not been charged what comes back;
 		// its receipt's TATs are those after the grant alone.
 		lay := bridge.Layout(req.Policy)
 		for i := 0; i < nl; i++ {
-			part[3+4*i] += back
+			limitAt(part, i)[lRemaining] += back
 			if l := lay.Limits[i]; l.Kind == layout.Token {
-				part[3+4*i+3] -= back * l.Width
+				limitAt(part, i)[lMark] -= back * l.Width
 			}
 		}
 		if !allowed {
@@ -196,7 +196,7 @@ func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, o v
 			if a.err == nil && a.rep[rHeader] == kindCharged && a.rep[rGranted] > 0 {
 				m := []int64{a.rep[rHeader+1], a.rep[rHeader+2]}
 				for i := 0; i < nl; i++ {
-					m = append(m, a.rep[rHeader+3+4*i+3])
+					m = append(m, limitAt(a.rep[rHeader:], i)[lMark])
 				}
 				f.add(keys[a.i], a.rep[rGranted], m)
 			}

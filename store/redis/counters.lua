@@ -337,6 +337,39 @@ local function report(s, key, j, t, used, total, avail, ch)
   return rem, reset
 end
 
+-- refill returns how long, after charging ch at t, the limit admits no
+-- more than rem (see store/memory's refill).
+local function refill(s, key, j, t, used, total, avail, ch, rem)
+  local kind, w, cap = P[j + P_KIND], P[j + P_WIDTH], P[j + P_CAP]
+  local k = floor(t / w)
+  if kind == K_LOG then
+    if avail < cap then return lunit(s, key, j, avail) + P[j + P_PERIOD] - t end
+    return P[j + P_PERIOD]
+  elseif kind == K_BUCKETS then
+    local n, off = P[j + P_N], P[j + P_HASH]
+    local n1, h = n + 1, floor(s[1] / w)
+    if k - h >= n1 then return P[j + P_PERIOD] end
+    bload(s, key, j, k - n, h)
+    for b = k - n, h do
+      local x = off + 1 + b % n1
+      if s[x] ~= 0 and (b ~= k - n or s[x + n1] > t - k * w) then return (b + n) * w + s[x + n1] - t end
+    end
+    return P[j + P_PERIOD]
+  elseif kind == K_TOKEN then
+    local x = cap * w - ((used - t) + ch * w)
+    if x >= cap * w then return w end
+    return (rem + 1) * w - x
+  elseif kind == K_APPROX then
+    local m = cap - (used + ch) - (rem + 1)
+    if total > 0 and m >= 0 then
+      local r = k * w + floor(w - m * w / total) - t - 1
+      if r < 0 then r = 0 end
+      if r < (k + 1) * w - t then return r end
+    end
+  end
+  return (k + 1) * w - t
+end
+
 -- lwrite sets the slots of positions pos..pos+c-1 (ring order) of a log to
 -- the 16-digit time ts, appending the changed chunk fields to out.
 local function lwrite(s, key, j, pos, c, ts, out, o)

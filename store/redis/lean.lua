@@ -27,9 +27,10 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     local kind, off, w = BAKED[j + P_KIND], BAKED[j + P_HASH], BAKED[j + P_WIDTH]
     f[m + 1], m = nm(off), m + 1
     if kind == K_BUCKETS then
+      -- The current sub-bucket, the edge one and the one after it.
       local n1 = BAKED[j + P_N] + 1
-      local a, b = off + 1 + floor(now / w) % n1, off + 1 + (floor(now / w) + 1) % n1
-      f[m + 1], f[m + 2], f[m + 3], f[m + 4], m = nm(a), nm(a + n1), nm(b), nm(b + n1), m + 4
+      local a, b, c = off + 1 + floor(now / w) % n1, off + 1 + (floor(now / w) + 1) % n1, off + 1 + (floor(now / w) + 2) % n1
+      f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], f[m + 6], m = nm(a), nm(a + n1), nm(b), nm(b + n1), nm(c), nm(c + n1), m + 6
     elseif kind == K_LOG then
       local chunks = ceil(BAKED[j + P_CAP] / BAKED[j + P_CHUNK])
       if cost ~= 1 or chunks > 8 then
@@ -54,6 +55,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     local j = 5 + STRIDE * i
     local kind, cap, w, per, off = BAKED[j + P_KIND], BAKED[j + P_CAP], BAKED[j + P_WIDTH], BAKED[j + P_PERIOD], BAKED[j + P_HASH]
     local k, rem, reset, mark = floor(now / w), 0, per, 0
+    local refill = (k + 1) * w - now -- until more of the quota is back (counters.lua's refill)
     if kind == K_BUCKETS then
       -- The ring's sum less the sub-buckets that left it (h+1..k hold
       -- older ones' costs), which are cleared as the general path clears
@@ -82,10 +84,25 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
           if q > k - n or (tonumber(v[x + 3]) or 0) ~= 0 then wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = nm(c), '0', nm(c + n1), '0', o + 4 end
         end
       end
+      refill = per
       if s1 == 0 or k - h < n1 then
         used = tot
-        local edge = tonumber(v[x + 3]) or 0
-        if edge ~= 0 and (tonumber(v[x + 4]) or 0) <= now - k * w then used = used - edge end
+        local edge, elat = tonumber(v[x + 3]) or 0, tonumber(v[x + 4]) or 0
+        if edge ~= 0 and elat <= now - k * w then used = used - edge end
+        -- The oldest sub-bucket still counting leaves first: the edge one,
+        -- or the one after it; a gap after them, and the general path
+        -- finds it.
+        if s1 ~= 0 then
+          if edge ~= 0 and elat > now - k * w then
+            refill = k * w + elat - now
+          elseif h >= k - n + 1 then
+            if (tonumber(v[x + 5]) or 0) == 0 then
+              ok = false
+              break
+            end
+            refill = (k + 1) * w + (tonumber(v[x + 6]) or 0) - now
+          end
+        end
       end
       if used + cost > cap then
         ok = false
@@ -94,7 +111,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
       rem = cap - used - cost
       local a = off + 1 + k % n1
       wr[o], wr[o + 1], wr[o + 2], wr[o + 3], wr[o + 4], wr[o + 5], o = nm(a), fmt('%d', cur + cost), nm(a + n1), fmt('%d', now - k * w), nm(off), fmt('%d', tot + cost), o + 6
-      x = x + 5
+      x = x + 7
     elseif kind == K_LOG then
       -- The units that stopped counting by now are the oldest: a search
       -- for how many; none, and a unit does not fit.
@@ -115,7 +132,15 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         ok = false
         break
       end
-      rem = lo - 1
+      rem, refill = lo - 1, per
+      if lo < cap then
+        -- The oldest unit still counting leaves first.
+        local pos = (ptr + lo) % cap
+        local c, at = v[x + 1 + floor(pos / cs)], pos % cs * 16
+        local slot = 0
+        if c and #c >= at + 16 then slot = tonumber(sub(c, at + 1, at + 16)) end
+        refill = slot + per - now
+      end
       str = str .. string.rep('0', nsl * 16 - #str)
       local at = ptr % cs * 16
       wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = nm(off + 1 + ci), sub(str, 1, at) .. fmt('%016d', now) .. sub(str, at + 17), nm(off), fmt('%d', (ptr + 1) % cap), o + 4
@@ -130,7 +155,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
       tat = tat + cost * w
       local left = cap * w - (tat - now)
       if left > 0 then rem = floor(left / w) end
-      reset, mark = tat - now, tat
+      reset, mark, refill = tat - now, tat, (rem + 1) * w - left
       wr[o], wr[o + 1], o = nm(off), fmt('%d', tat), o + 2
       x = x + 1
     else
@@ -153,12 +178,17 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         break
       end
       rem = avail - cost
+      if kind == K_APPROX and prev > 0 and cap - (used + cost) - (rem + 1) >= 0 then
+        local r = k * w + floor(w - (cap - (used + cost) - (rem + 1)) * w / prev) - now - 1
+        if r < 0 then r = 0 end
+        if r < refill then refill = r end
+      end
       wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = nm(off), fmt('%d', k), nm(off + 1), fmt('%d', used + cost), o + 4
       if kind == K_APPROX then wr[o], wr[o + 1], o, x = nm(off + 2), fmt('%d', prev), o + 2, x + 1 end
       x = x + 2
     end
-    local p = 9 + 4 * i
-    out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, 0, mark
+    local p = RHEAD + 1 + KHEAD + RLIM * i
+    out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = rem, reset, 0, mark, refill
   end
   if not ok then break end
   wr[o], wr[o + 1], o = '1', fmt('%d', now), o + 2

@@ -75,6 +75,7 @@ var prelude = func() string {
 		quote(layout.HashBlock, layout.HashBlockLimit, layout.HashGen, layout.HashExpiry, layout.HashResends, layout.HashPending))
 	line([]string{"RIDLEN", "RIDN", "QLEN", "MAXQ", "EPOCH", "MAXREP"},
 		num(layout.ResendIDLen, layout.ResendIDs, layout.PendingDigits, layout.MaxPending, layout.GenEpoch, ratelimit.MaxRepeats))
+	line([]string{"RHEAD", "KHEAD", "RLIM"}, num(rHeader, rKeyHead, rPerLimit))
 	return b.String()
 }()
 

@@ -10,8 +10,9 @@
 -- answers.
 --
 -- script.go puts before it a prelude of names (the kinds K_*, a limit's
--- parameters P_* and STRIDE, the hash fields F_*, and the numbers RIDLEN,
--- RIDN, QLEN, MAXQ, EPOCH, MAXREP) and the line "local BAKED = ...": nil,
+-- parameters P_* and STRIDE, the hash fields F_*, the numbers RIDLEN,
+-- RIDN, QLEN, MAXQ, EPOCH, MAXREP, and RHEAD, KHEAD, RLIM: the sizes of a
+-- take reply's header, of a key's head and of a limit's part) and the line "local BAKED = ...": nil,
 -- or the policy as data (the numbers the unbaked script reads from ARGV).
 --
 -- ARGV[1] is the operation:
@@ -28,7 +29,7 @@
 --       1 charged, 2 answered by its ID record, 3 a resend of a charged
 --       call), at, the key's refund count, then per limit: remaining,
 --       reset, retry, mark (a token bucket's TAT right after a charge,
---       else 0)}.
+--       else 0), refill (how long it admits no more than remaining)}.
 --   'r' refund. ARGV: now, cost, the policy unless baked, then per key the
 --       time of the charge, the key's refund count then, and one mark per
 --       limit. KEYS: the identities charged. Reply: how many gave back.

@@ -85,15 +85,34 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 	return r.takeCluster(ctx, req, o, prep, keys, idKeys, now)
 }
 
-// Reply layout of the take script: a header, then per key a kind, the time
-// of its charge, its refund count, and 4 numbers per limit.
+// Reply layout of the take script (script.lua): a header of rHeader
+// numbers, then per key rKeyHead (a kind, the time of its charge, its
+// refund count) and rPerLimit per limit. The prelude hands the three
+// sizes to the script.
 const (
-	rAllowed = 0
-	rNow     = 1
-	rGranted = 2
-	rRelease = 3
-	rHeader  = 5
+	rAllowed  = 0
+	rNow      = 1
+	rGranted  = 2
+	rRelease  = 3
+	rHeader   = 5
+	rKeyHead  = 3
+	rPerLimit = 5
 )
+
+// A limit's numbers in a reply, from its first.
+const (
+	lRemaining = 0
+	lReset     = 1
+	lRetry     = 2
+	lMark      = 3 // a token bucket's TAT right after a charge, else 0
+	lRefill    = 4
+)
+
+// keySize is how many numbers a reply holds per key.
+func keySize(nl int) int { return rKeyHead + rPerLimit*nl }
+
+// limitAt returns limit i's numbers in part, a key's part of a reply.
+func limitAt(part []int64, i int) []int64 { return part[rKeyHead+rPerLimit*i:] }
 
 // Key kinds in a reply.
 const (
@@ -104,7 +123,7 @@ const (
 )
 
 func checkReply(reply []int64, nkeys, nlim int) error {
-	if want := rHeader + nkeys*(3+4*nlim); len(reply) != want || reply[rAllowed] != 0 && reply[rAllowed] != 1 {
+	if want := rHeader + nkeys*keySize(nlim); len(reply) != want || reply[rAllowed] != 0 && reply[rAllowed] != 1 {
 		return fmt.Errorf("ratelimit/store: redis: unexpected script reply of %d values, want %d", len(reply), want)
 	}
 	return nil
@@ -124,15 +143,15 @@ func decide(req ratelimit.Request, replies [][]int64, nl int) ratelimit.Decision
 		if rep[rAllowed] == 0 {
 			allowed = false
 		}
-		n := (len(rep) - rHeader) / (3 + 4*nl)
+		n := (len(rep) - rHeader) / keySize(nl)
 		for k := 0; k < n; k, ki = k+1, ki+1 {
-			part := rep[rHeader+k*(3+4*nl):]
+			part := rep[rHeader+k*keySize(nl):]
 			if ki == 0 {
 				first = part
 			}
 			for i := 0; i < nl; i++ {
-				p := part[3+4*i:]
-				verdict.Fold(&d, i, ki, verdict.Status{Rem: p[0], Reset: p[1], Retry: p[2]}, ki == 0)
+				p := limitAt(part, i)
+				verdict.Fold(&d, i, ki, verdict.Status{Rem: p[lRemaining], Reset: p[lReset], Refill: p[lRefill], Retry: p[lRetry]}, ki == 0)
 			}
 			if part[0] != kindRecorded {
 				all = false
@@ -141,7 +160,7 @@ func decide(req ratelimit.Request, replies [][]int64, nl int) ratelimit.Decision
 				charged = append(charged, req.Keys[ki])
 				marks = append(marks, part[1], part[2])
 				for i := 0; i < nl; i++ {
-					marks = append(marks, part[3+4*i+3])
+					marks = append(marks, limitAt(part, i)[lMark])
 				}
 			}
 		}

@@ -1,10 +1,9 @@
 -- take.lua: the take operation's general path and the common call's
 -- (see script.lua).
 
--- settle finishes one key's part of a take reply (from index o: kind, at,
--- refund count, then 4 numbers per limit) and writes its fields. A running
--- penalty (until sb, reported on limit sl) denies and says how long it
--- lasts; else a denial that may start one (start) sets BLOCK on the limit
+-- settle finishes one key's part of a take reply (from index o: KHEAD
+-- numbers, then RLIM per limit) and writes its fields. A running penalty
+-- (until sb, reported on limit sl) denies and says how long it lasts; else a denial that may start one (start) sets BLOCK on the limit
 -- that waits longest. A clock that stepped back by skew lengthens every
 -- wait by it. Then the changed fields w[1..wo-1] are written, as strings,
 -- and the expiry (recorded in F_EXPIRY, now sx) is pushed a quarter ttl
@@ -12,21 +11,23 @@
 -- once per quarter ttl.
 local function settle(key, out, o, w, wo, changed, sb, sl, t0, start, skew, need, sx, now)
   if sb > t0 then
-    local p = o + 3 + 4 * sl
+    local p = o + KHEAD + RLIM * sl
     local left = sb - t0
     if out[p + 2] >= 0 and out[p + 2] < left then out[p + 2] = left end
     if out[p + 1] < left then out[p + 1] = left end
+    if out[p + 4] < left then out[p + 4] = left end
     out[p] = 0
   elseif start and BLOCK > 0 then
     local worst
     for i = 0, NL - 1 do
-      local r = out[o + 5 + 4 * i]
-      if r > 0 and (not worst or r > out[o + 5 + 4 * worst]) then worst = i end
+      local r = out[o + KHEAD + 2 + RLIM * i]
+      if r > 0 and (not worst or r > out[o + KHEAD + 2 + RLIM * worst]) then worst = i end
     end
     if worst then
-      local p = o + 3 + 4 * worst
+      local p = o + KHEAD + RLIM * worst
       if out[p + 2] < BLOCK then out[p + 2] = BLOCK end
       if out[p + 1] < BLOCK then out[p + 1] = BLOCK end
+      if out[p + 4] < BLOCK then out[p + 4] = BLOCK end
       out[p] = 0
       w[wo], w[wo + 1], w[wo + 2], w[wo + 3], wo = F_BLOCK, t0 + BLOCK, F_BLOCKLIM, worst, wo + 4
       changed = true
@@ -34,9 +35,10 @@ local function settle(key, out, o, w, wo, changed, sb, sl, t0, start, skew, need
   end
   if skew > 0 then
     for i = 0, NL - 1 do
-      local p = o + 3 + 4 * i
+      local p = o + KHEAD + RLIM * i
       if out[p + 2] > 0 then out[p + 2] = out[p + 2] + skew end
       if out[p + 1] > 0 then out[p + 1] = out[p + 1] + skew end
+      if out[p + 4] > 0 then out[p + 4] = out[p + 4] + skew end
     end
   end
   if not changed then return end
@@ -119,8 +121,9 @@ if OP == 'f' then
     for i = 0, NL - 1 do
       local u, tot, av = evaluate(s, key, STRIDE * i, t0, c1)
       local rem, reset = report(s, key, STRIDE * i, t0, u, tot, av, 0)
-      local p = 9 + 4 * i
+      local p = RHEAD + 1 + KHEAD + RLIM * i
       out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, 0, 0
+      out[p + 4] = refill(s, key, STRIDE * i, t0, u, tot, av, 0, rem)
     end
     return out
   end
@@ -139,8 +142,9 @@ if OP == 'f' then
   end
   for i = 0, NL - 1 do
     local rem, reset = report(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged)
-    local p = 9 + 4 * i
+    local p = RHEAD + 1 + KHEAD + RLIM * i
     out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[i + 1], 0
+    out[p + 4] = refill(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged, rem)
   end
   local w, wo, changed = {}, 1, false
   if charged > 0 then
@@ -148,7 +152,7 @@ if OP == 'f' then
     wo, folded = fold(s, key, t0, w, wo)
     for i = 0, NL - 1 do
       wo = charge(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], charged, w, wo)
-      if P[STRIDE * i + P_KIND] == K_TOKEN then out[12 + 4 * i] = s[P[STRIDE * i + P_HASH]] end
+      if P[STRIDE * i + P_KIND] == K_TOKEN then out[RHEAD + 1 + KHEAD + 3 + RLIM * i] = s[P[STRIDE * i + P_HASH]] end
     end
     if folded then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
     w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
@@ -160,7 +164,7 @@ if OP == 'f' then
   if sb > t0 then sl = tonumber(redis.call('HGET', key, F_BLOCKLIM)) or 0 end
   if t0 > now then skew = t0 - now end
   if #s.qa > 0 and s.qa[#s.qa] + TTL * 1000 > need then need = s.qa[#s.qa] + TTL * 1000 end
-  settle(key, out, 6, w, wo, changed, sb, sl, t0, not allowed and cost > 0, skew, need, sx, now)
+  settle(key, out, RHEAD + 1, w, wo, changed, sb, sl, t0, not allowed and cost > 0, skew, need, sx, now)
   return out
 end
 
@@ -215,12 +219,12 @@ if resent then
       local out = {0, now, 0, 0, flags}
       if plain then out[1], out[3] = 1, cost end
       for k = 1, nk do
-        local o = 6 + (k - 1) * (3 + 4 * NL)
+        local o = RHEAD + 1 + (k - 1) * (KHEAD + RLIM * NL)
         local s = S[k]
         out[o], out[o + 1], out[o + 2] = 3, 0, 0
         for i = 0, NL - 1 do
-          local j, p = STRIDE * i, o + 3 + 4 * i
-          out[p], out[p + 1], out[p + 2], out[p + 3] = 0, 0, 0, 0
+          local j, p = STRIDE * i, o + KHEAD + RLIM * i
+          out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = 0, 0, 0, 0, 0
           if s then
             local t = now
             if s[1] > t then t = s[1] end
@@ -228,7 +232,7 @@ if resent then
             local u, tot, av, r = evaluate(s, KEYS[k], j, t, c1)
             local rem, reset = report(s, KEYS[k], j, t, u, tot, av, 0)
             if plain then r = 0 end
-            out[p], out[p + 1], out[p + 2] = rem, reset, r
+            out[p], out[p + 1], out[p + 2], out[p + 4] = rem, reset, r, refill(s, KEYS[k], j, t, u, tot, av, 0, rem)
           end
         end
       end
@@ -320,7 +324,8 @@ else
 end
 
 -- numbers splits an ID record's answer: granted, at, then per limit
--- remaining, reset, retry.
+-- remaining, reset, retry, refill (a record written before refill was
+-- kept has no refill: 0).
 local function numbers(str)
   local v, n = {}, 0
   for x in string.gmatch(str, '%S+') do
@@ -337,21 +342,25 @@ if nd == 0 then
 end
 local ttl = TTL * 1000
 for k = 1, nk do
-  local o = 6 + (k - 1) * (3 + 4 * NL)
+  local o = RHEAD + 1 + (k - 1) * (KHEAD + RLIM * NL)
   if REC[k] then
     local v = numbers(REC[k])
+    local per = 3
+    if #v == 2 + 4 * NL then per = 4 end
     out[o], out[o + 1], out[o + 2] = 2, v[2], 0
     for i = 0, NL - 1 do
-      local p = o + 3 + 4 * i
-      out[p], out[p + 1], out[p + 2], out[p + 3] = v[3 + 3 * i], v[4 + 3 * i], v[5 + 3 * i], 0
+      local p, q = o + KHEAD + RLIM * i, 3 + per * i
+      out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = v[q], v[q + 1], v[q + 2], 0, 0
+      if per == 4 then out[p + 4] = v[q + 3] end
     end
   else
     local s, key, t0, t = S[k], KEYS[k], T0[k], T[k]
     out[o], out[o + 1], out[o + 2] = 0, t, s.gen
     for i = 0, NL - 1 do
-      local q, p = (k - 1) * NL + i + 1, o + 3 + 4 * i
+      local q, p = (k - 1) * NL + i + 1, o + KHEAD + RLIM * i
       local rem, reset = report(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged)
       out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[q], 0
+      out[p + 4] = refill(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged, rem)
     end
     local w, wo, changed = {}, 1, false
     if charged > 0 then
@@ -362,13 +371,13 @@ for k = 1, nk do
       if t > t0 then
         reserve(s, t, charged)
         for i = 0, NL - 1 do
-          if P[STRIDE * i + P_KIND] == K_TOKEN then out[o + 6 + 4 * i] = t + charged * P[STRIDE * i + P_WIDTH] end
+          if P[STRIDE * i + P_KIND] == K_TOKEN then out[o + KHEAD + 3 + RLIM * i] = t + charged * P[STRIDE * i + P_WIDTH] end
         end
       else
         for i = 0, NL - 1 do
           local q = (k - 1) * NL + i + 1
           wo = charge(s, key, STRIDE * i, t, EU[q], ET[q], charged, w, wo)
-          if P[STRIDE * i + P_KIND] == K_TOKEN then out[o + 6 + 4 * i] = s[P[STRIDE * i + P_HASH]] end
+          if P[STRIDE * i + P_KIND] == K_TOKEN then out[o + KHEAD + 3 + RLIM * i] = s[P[STRIDE * i + P_HASH]] end
         end
       end
       if folded or t > t0 then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
@@ -387,8 +396,8 @@ for k = 1, nk do
     if hasid and charged > 0 and not (RECE[k] and RECE[k] > now) then
       local v = {charged, t}
       for i = 0, NL - 1 do
-        local p = o + 3 + 4 * i
-        v[3 + 3 * i], v[4 + 3 * i], v[5 + 3 * i] = out[p], out[p + 1], out[p + 2]
+        local p, q = o + KHEAD + RLIM * i, 3 + 4 * i
+        v[q], v[q + 1], v[q + 2], v[q + 3] = out[p], out[p + 1], out[p + 2], out[p + 4]
       end
       for i = 1, #v do v[i] = fmt('%d', v[i]) end
       redis.call('HSET', KEYS[nk + k], 'n', 0, 'e', fmt('%d', now + IDTTL), 'v', table.concat(v, ' '))

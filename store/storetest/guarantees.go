@@ -30,7 +30,7 @@ func Guarantees(t *testing.T, h Harness) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg)+11, 3))
-			var nAdmitted, nDenied, nReserved, nMulti, nGrants int
+			var nAdmitted, nDenied, nReserved, nMulti, nGrants, nClaims int
 			defer func() {
 				t.Logf("%s: %d admitted (%d reserved, %d on several keys, %d partial grants), %d denied", alg, nAdmitted, nReserved, nMulti, nGrants, nDenied)
 				if nAdmitted == 0 || nDenied == 0 || nMulti == 0 && !h.OneKey || nGrants == 0 || (alg == ratelimit.TokenBucket || alg == ratelimit.SlidingLog) && nReserved == 0 {
@@ -75,6 +75,7 @@ func Guarantees(t *testing.T, h Harness) {
 				receipts := make([]ratelimit.Receipt, len(trace))
 				events := make([][]mark, len(trace))
 				refunded := false
+				var refills refillClaims
 				take := func(at int64, s step) ratelimit.Decision {
 					clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
 					req := ratelimit.Request{Policy: p, Keys: s.keys, Cost: s.cost, ID: s.id}
@@ -91,6 +92,9 @@ func Guarantees(t *testing.T, h Harness) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					if !d.Repeated && s.id == "" {
+						defer refills.claim(d, s.keys, at)
+					}
 					if d.Allowed && !d.Repeated {
 						nAdmitted++
 						if d.Delay > 0 {
@@ -105,6 +109,7 @@ func Guarantees(t *testing.T, h Harness) {
 						// The keys charged: those a request ID answered before are not.
 						for _, k := range storekit.ChargeOf(d.Receipt).Keys {
 							admitted[k] = append(admitted[k], event{at + d.Delay.Microseconds(), d.Granted})
+							refills.admit(k, at+d.Delay.Microseconds(), d.Granted)
 						}
 						if s.op != opUpTo && d.Granted != s.cost {
 							t.Fatalf("trace %d: granted %d of cost %d", n, d.Granted, s.cost)
@@ -131,6 +136,7 @@ func Guarantees(t *testing.T, h Harness) {
 						if err := mem.(ratelimit.Refunder).Refund(ctx, receipts[s.ref]); err != nil {
 							t.Fatal(err)
 						}
+						refills.epoch++ // room given back: earlier claims say nothing of what follows
 						for _, m := range events[s.ref] {
 							if e := &admitted[m.key][m.i]; e.cost > 0 {
 								e.cost = 0 // it no longer counts
@@ -197,6 +203,11 @@ func Guarantees(t *testing.T, h Harness) {
 					}
 					checkAll(i)
 				}
+				nClaims += refills.check(t, p, n)
+			}
+			t.Logf("%s: %d refill claims checked (no more than Remaining admitted within RefillAfter)", alg, nClaims)
+			if nClaims == 0 {
+				t.Errorf("%s: no refill claim was checked", alg)
 			}
 			if alg == ratelimit.SlidingWindowApprox {
 				t.Logf("%s: most admitted in one window of Period: %.2f × Rate (bound: < 2)", alg, over)
@@ -404,4 +415,59 @@ func sumIn(ev []event, from, to int64) int64 {
 		}
 	}
 	return sum
+}
+
+// refillClaims checks what decisions said of RefillAfter: within it, from
+// the decision on, a limit admits no more than its Remaining on the key the
+// status names, whatever is asked (draft-11's t). Each admission after a
+// claim counts, at its time (a reservation's release), until a refund gives
+// room back (a new epoch).
+type refillClaims struct {
+	claims     []refillClaim
+	admissions []admission
+	epoch      int
+}
+
+type refillClaim struct {
+	key             string
+	limit           int
+	at, rem, refill int64 // µs
+	admitted, epoch int   // admissions before it; the epoch it was made in
+}
+
+type admission struct {
+	key      string
+	at, cost int64
+	epoch    int
+}
+
+func (r *refillClaims) admit(key string, at, cost int64) {
+	r.admissions = append(r.admissions, admission{key, at, cost, r.epoch})
+}
+
+func (r *refillClaims) claim(d ratelimit.Decision, keys []string, at int64) {
+	at += d.Delay.Microseconds() // a place in line speaks from its release
+	for i, ls := range d.Limits {
+		if ls.RefillAfter > 0 {
+			r.claims = append(r.claims, refillClaim{key: keys[ls.Key], limit: i, at: at, rem: ls.Remaining,
+				refill: ls.RefillAfter.Microseconds(), admitted: len(r.admissions), epoch: r.epoch})
+		}
+	}
+}
+
+// check checks every claim of trace n and returns how many it checked.
+func (r *refillClaims) check(t *testing.T, p *ratelimit.Policy, n int) int {
+	t.Helper()
+	for _, c := range r.claims {
+		sum := int64(0)
+		for _, a := range r.admissions[c.admitted:] {
+			if a.key == c.key && a.epoch == c.epoch && a.at >= c.at && a.at < c.at+c.refill {
+				sum += a.cost
+			}
+		}
+		if sum > c.rem {
+			t.Fatalf("trace %d (%s): limit %d of %q said %d remaining for %dµs at +%dµs, yet %d were admitted within it", n, p, c.limit, c.key, c.rem, c.refill, c.at, sum)
+		}
+	}
+	return len(r.claims)
 }
