@@ -194,7 +194,7 @@ func (l *Limiter) writeHeaders(h http.Header, f *frame, denied bool) {
 		}
 		SetHeaders(h, l.style, p, d)
 		// Draft-10 fields are lists: the outer Limiters' items first.
-		if l.style&HeadersIETF != 0 {
+		if l.style&(HeadersIETF|HeadersDraft10) != 0 {
 			for _, kv := range [...]struct {
 				name string
 				prev []string

@@ -12,25 +12,26 @@ import (
 // writes nothing. Bits other than the styles below are ignored.
 //
 // Every style describes the most restrictive limit of the Decision
-// (Decision.Limit), and every number is a non-negative integer: rates in
-// units of cost, durations in whole seconds rounded up.
+// (Decision.Limit), and every number is a non-negative integer: quotas in
+// units of cost, durations in whole seconds.
 type HeaderStyle uint8
 
 const (
 	// HeadersIETF writes the two fields of
-	// draft-ietf-httpapi-ratelimit-headers-10, both Structured Field Lists
+	// draft-ietf-httpapi-ratelimit-headers-11, both Structured Field Lists
 	// (RFC 9651):
 	//
 	//	RateLimit-Policy: "api-1s";q=10;w=1, "api-1m";q=120;w=60
 	//	RateLimit: "api-1s";r=9;t=1
 	//
 	// RateLimit-Policy lists every limit of the policy, in order: its name
-	// (Limit.Name), its quota q (Limit.Rate; Limit.Burst for TokenBucket)
-	// and its window w (Limit.Period in seconds, rounded up, at least 1, so
-	// a 500ms limit says w=1 and a 1500ms limit w=2). RateLimit names the
-	// most restrictive limit, with the cost it can still admit r
-	// (Decision.Remaining, at least 0) and t, the seconds until its whole
-	// quota is back (Decision.ResetAfter rounded up; 0 when not positive).
+	// (Limit.Name), its quota q (Limit.Rate; for TokenBucket the larger of
+	// Limit.Rate and Limit.Burst) and its window w (Limit.Period in
+	// seconds, rounded up, at least 1, so a 500ms limit says w=1 and a
+	// 1500ms limit w=2). RateLimit names the most restrictive limit, with
+	// the cost it can still admit r (Decision.Remaining, at least 0) and
+	// its effective window t: the whole seconds within which it admits no
+	// more than r (Decision.RefillAfter rounded down), for every algorithm.
 	HeadersIETF HeaderStyle = 1 << iota
 
 	// HeadersDraft06 writes the separate integer fields of
@@ -46,6 +47,13 @@ const (
 	// HeadersDraft06. X-RateLimit-Reset is in delta seconds (seconds from
 	// now), not a Unix timestamp as some APIs use.
 	HeadersXRateLimit
+
+	// HeadersDraft10 writes the fields of HeadersIETF with the meaning
+	// draft-ietf-httpapi-ratelimit-headers-10 gave t: the seconds until the
+	// limit's whole quota is back (Decision.ResetAfter rounded up), for
+	// clients written against that draft. With HeadersIETF also set,
+	// HeadersIETF's t is written.
+	HeadersDraft10
 )
 
 // HeadersNone writes no rate-limit headers.
@@ -63,7 +71,7 @@ const (
 	hdrXRemaining       = "X-Ratelimit-Remaining"
 	hdrXReset           = "X-Ratelimit-Reset"
 	hdrRetryAfter       = "Retry-After"
-	allStyles           = HeadersIETF | HeadersDraft06 | HeadersXRateLimit
+	allStyles           = HeadersIETF | HeadersDraft06 | HeadersXRateLimit | HeadersDraft10
 	maxSFInteger  int64 = 999_999_999_999_999 // RFC 9651 sf-integer: at most 15 digits
 )
 
@@ -109,7 +117,7 @@ func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 		nd     int
 	)
 	var policyHeader string // RateLimit-Policy, when the policy has it ready
-	if style&HeadersIETF != 0 {
+	if style&(HeadersIETF|HeadersDraft10) != 0 {
 		if p != nil && p.header != "" {
 			policyHeader = p.header
 		} else if len(limits) > 0 {
@@ -127,7 +135,11 @@ func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 			b = append(b, ";r="...)
 			b = appendSFInt(b, d.Remaining)
 			b = append(b, ";t="...)
-			b = appendSFInt(b, ceilSeconds(d.ResetAfter))
+			if style&HeadersIETF != 0 {
+				b = appendSFInt(b, floorSeconds(d.RefillAfter))
+			} else {
+				b = appendSFInt(b, ceilSeconds(d.ResetAfter))
+			}
 			fields[nf] = field{hdrRateLimit, start, len(b)}
 			nf++
 		} else {
@@ -206,7 +218,9 @@ func appendPolicyHeader(b []byte, limits []Limit, tokenBucket bool) []byte {
 
 // SetRetryAfter writes Retry-After into h for a denied decision, as RFC 9110
 // delay-seconds: d.RetryAfter rounded up to whole seconds, at least 1 (a
-// client told 0 would retry at once). It replaces any previous value.
+// client told 0 would retry at once), and never before the end of the
+// effective window the RateLimit field's t states (draft-11). It replaces
+// any previous value.
 //
 // When d.Allowed is true, or d.RetryAfter is Never (the request's cost can
 // never be admitted, so no wait helps), it writes nothing and leaves h
@@ -226,13 +240,14 @@ func retryAfterSeconds(d Decision) (int64, bool) {
 	if d.Allowed || d.RetryAfter == Never {
 		return 0, false
 	}
-	return max(1, ceilSeconds(d.RetryAfter)), true
+	return max(1, ceilSeconds(d.RetryAfter), floorSeconds(d.RefillAfter)), true
 }
 
-// quota is the capacity a header advertises for l: the burst of a token
-// bucket, the rate otherwise.
+// limitQuota is the quota a header advertises for l: its rate, or a token
+// bucket's burst when that is larger (a burst below the rate, refilled
+// within a second, would hide the rate a client can keep).
 func limitQuota(l *Limit, tokenBucket bool) int64 {
-	if tokenBucket && l.Burst > 0 {
+	if tokenBucket && l.Burst > l.Rate {
 		return l.Burst
 	}
 	return l.Rate
@@ -254,6 +269,11 @@ func ceilSeconds(d time.Duration) int64 {
 		s++
 	}
 	return s
+}
+
+// floorSeconds is d in whole seconds rounded down; 0 when d ≤ 0.
+func floorSeconds(d time.Duration) int64 {
+	return max(int64(d/time.Second), 0)
 }
 
 // appendSFInt appends v as an RFC 9651 sf-integer, clamped to

@@ -12,14 +12,17 @@ import (
 // them directly when deciding with a Store in a custom handler.
 func ExampleSetHeaders() {
 	p := ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("api"))
-	// A denial by the per-minute limit: nothing left, the whole quota back
-	// in 42.3s, room for this request again in 1.5s.
+	// A denial by the per-minute limit: nothing left, the first unit back
+	// in 1.5s (so the limit admits nothing for 1 whole second: t=1), room
+	// for this request again then, the whole quota back in 42.3s (the t of
+	// draft-10, as X-RateLimit-Reset says).
 	d := ratelimit.Decision{
-		Allowed:    false,
-		Limit:      1,
-		Remaining:  0,
-		ResetAfter: 42300 * time.Millisecond,
-		RetryAfter: 1500 * time.Millisecond,
+		Allowed:     false,
+		Limit:       1,
+		Remaining:   0,
+		ResetAfter:  42300 * time.Millisecond,
+		RefillAfter: 1500 * time.Millisecond,
+		RetryAfter:  1500 * time.Millisecond,
 	}
 
 	h := http.Header{}
@@ -30,7 +33,7 @@ func ExampleSetHeaders() {
 	}
 	// Output:
 	// RateLimit-Policy: "api-1s";q=10;w=1, "api-1m";q=120;w=60, "api-1h";q=240;w=3600
-	// RateLimit: "api-1m";r=0;t=43
+	// RateLimit: "api-1m";r=0;t=1
 	// X-RateLimit-Limit: 120
 	// X-RateLimit-Remaining: 0
 	// X-RateLimit-Reset: 43

@@ -497,7 +497,7 @@ func policyOf(t testing.TB, name string, alg Algorithm, limits ...Limit) *Policy
 	return p
 }
 
-const allHeaderStyles = HeadersIETF | HeadersDraft06 | HeadersXRateLimit
+const allHeaderStyles = HeadersIETF | HeadersDraft06 | HeadersXRateLimit | HeadersDraft10
 
 var legacyKeys = []string{
 	"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
@@ -512,6 +512,7 @@ func TestSetHeaders(t *testing.T) {
 		Limit{Rate: 10, Period: time.Second, Burst: 25},
 		Limit{Rate: 100, Period: time.Minute},
 	)
+	smallBurst := policyOf(t, "sb", TokenBucket, Limit{Rate: 20, Period: time.Second, Burst: 5})
 	named := policyOf(t, "api", FixedWindow,
 		Limit{Rate: 100, Period: time.Minute, Name: "burst"},
 		Limit{Rate: 1000, Period: 24 * time.Hour, Name: "daily"},
@@ -529,7 +530,7 @@ func TestSetHeaders(t *testing.T) {
 		{
 			name:  "ietf, three limits in order",
 			style: HeadersIETF, p: p3,
-			d: Decision{Allowed: true, Limit: 0, Remaining: 9, ResetAfter: 100 * time.Millisecond},
+			d: Decision{Allowed: true, Limit: 0, Remaining: 9, ResetAfter: time.Second, RefillAfter: time.Second},
 			checks: []respCheck{
 				hasOnlyHeaders(ietfKeys...), p3Policy, hasRateLimit("default-1s", 9, 1),
 				// The exact bytes, once: members joined by ", ".
@@ -540,13 +541,25 @@ func TestSetHeaders(t *testing.T) {
 		{
 			name:  "ietf, most restrictive is the hour",
 			style: HeadersIETF, p: p3,
-			d:      Decision{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 59*time.Minute + 30*time.Second, RetryAfter: 15 * time.Second},
-			checks: []respCheck{p3Policy, hasRateLimit("default-1h", 0, 3570), hasNoHeader("Retry-After")},
+			d:      Decision{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 59*time.Minute + 30*time.Second, RefillAfter: 15 * time.Second, RetryAfter: 15 * time.Second},
+			checks: []respCheck{p3Policy, hasRateLimit("default-1h", 0, 15), hasNoHeader("Retry-After")},
+		},
+		{
+			name:  "draft-10: t is until the whole quota is back",
+			style: HeadersDraft10, p: p3,
+			d:      Decision{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 59*time.Minute + 30*time.Second, RefillAfter: 15 * time.Second, RetryAfter: 15 * time.Second},
+			checks: []respCheck{hasOnlyHeaders(ietfKeys...), p3Policy, hasRateLimit("default-1h", 0, 3570)},
+		},
+		{
+			name:  "draft-11 wins over draft-10",
+			style: HeadersIETF | HeadersDraft10, p: p3,
+			d:      Decision{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 59*time.Minute + 30*time.Second, RefillAfter: 15 * time.Second, RetryAfter: 15 * time.Second},
+			checks: []respCheck{hasOnlyHeaders(ietfKeys...), hasRateLimit("default-1h", 0, 15)},
 		},
 		{
 			name:  "sub-second and fractional periods round up",
 			style: HeadersIETF, p: subSecond,
-			d: Decision{Allowed: true, Limit: 1, Remaining: 19, ResetAfter: 1500 * time.Millisecond},
+			d: Decision{Allowed: true, Limit: 1, Remaining: 19, ResetAfter: 1500 * time.Millisecond, RefillAfter: 2500 * time.Millisecond},
 			checks: []respCheck{
 				hasPolicy(quotaPolicy{"sub-500ms", 10, 1}, quotaPolicy{"sub-1500ms", 20, 2}, quotaPolicy{"sub-1ms", 30, 1}, quotaPolicy{"sub-2001ms", 40, 3}),
 				hasRateLimit("sub-1500ms", 19, 2),
@@ -555,24 +568,30 @@ func TestSetHeaders(t *testing.T) {
 		{
 			name:  "token bucket advertises the burst",
 			style: HeadersIETF | HeadersDraft06, p: bucket,
-			d: Decision{Allowed: true, Limit: 0, Remaining: 24, ResetAfter: 100 * time.Millisecond},
+			d: Decision{Allowed: true, Limit: 0, Remaining: 24, ResetAfter: 100 * time.Millisecond, RefillAfter: 100 * time.Millisecond},
 			checks: joinChecks(
-				[]respCheck{hasPolicy(quotaPolicy{"tb-1s", 25, 1}, quotaPolicy{"tb-1m", 100, 60}), hasRateLimit("tb-1s", 24, 1)},
+				[]respCheck{hasPolicy(quotaPolicy{"tb-1s", 25, 1}, quotaPolicy{"tb-1m", 100, 60}), hasRateLimit("tb-1s", 24, 0)},
 				hasLegacy("RateLimit-", 25, 24, 1),
 			),
 		},
 		{
+			name:  "token bucket with a burst below its rate advertises the rate",
+			style: HeadersIETF, p: smallBurst,
+			d:      Decision{Allowed: true, Limit: 0, Remaining: 4, ResetAfter: 50 * time.Millisecond, RefillAfter: 50 * time.Millisecond},
+			checks: []respCheck{hasPolicy(quotaPolicy{"sb-1s", 20, 1}), hasRateLimit("sb-1s", 4, 0)},
+		},
+		{
 			name:  "custom limit names",
 			style: HeadersIETF, p: named,
-			d:      Decision{Allowed: true, Limit: 1, Remaining: 998, ResetAfter: 23 * time.Hour},
+			d:      Decision{Allowed: true, Limit: 1, Remaining: 998, ResetAfter: 23 * time.Hour, RefillAfter: 23 * time.Hour},
 			checks: []respCheck{hasPolicy(quotaPolicy{"burst", 100, 60}, quotaPolicy{"daily", 1000, 86400}), hasRateLimit("daily", 998, 82800)},
 		},
 		{
 			name:  "all styles together",
 			style: allHeaderStyles, p: p3,
-			d: Decision{Allowed: true, Limit: 1, Remaining: 57, ResetAfter: 42*time.Second + time.Nanosecond},
+			d: Decision{Allowed: true, Limit: 1, Remaining: 57, ResetAfter: 42*time.Second + time.Nanosecond, RefillAfter: 3 * time.Second},
 			checks: joinChecks(
-				[]respCheck{hasOnlyHeaders(append(ietfKeys, legacyKeys...)...), p3Policy, hasRateLimit("default-1m", 57, 43)},
+				[]respCheck{hasOnlyHeaders(append(ietfKeys, legacyKeys...)...), p3Policy, hasRateLimit("default-1m", 57, 3)},
 				hasLegacy("RateLimit-", 120, 57, 43),
 				hasLegacy("X-RateLimit-", 120, 57, 43),
 			),
@@ -596,30 +615,36 @@ func TestSetHeaders(t *testing.T) {
 			),
 		},
 		{
-			name:  "t rounds up: 1ns is 1s",
+			name:  "reset rounds up: 1ns is 1s; t rounds down: 999ms is 0",
 			style: HeadersIETF | HeadersDraft06, p: p3,
-			d: Decision{Limit: 0, ResetAfter: time.Nanosecond},
+			d: Decision{Limit: 0, ResetAfter: time.Nanosecond, RefillAfter: 999 * time.Millisecond},
 			checks: joinChecks(
-				[]respCheck{hasRateLimit("default-1s", 0, 1)},
+				[]respCheck{hasRateLimit("default-1s", 0, 0)},
 				hasLegacy("RateLimit-", 10, 0, 1),
 			),
 		},
 		{
 			name:  "t: exactly 2s is 2",
 			style: HeadersIETF, p: p3,
-			d:      Decision{Limit: 0, ResetAfter: 2 * time.Second},
+			d:      Decision{Limit: 0, ResetAfter: 3 * time.Second, RefillAfter: 2 * time.Second},
 			checks: []respCheck{hasRateLimit("default-1s", 0, 2)},
 		},
 		{
-			name:  "t: 2.000001s is 3",
+			name:  "t: 2.999999s is 2; draft-10's 2.000001s is 3",
 			style: HeadersIETF, p: p3,
-			d:      Decision{Limit: 0, ResetAfter: 2*time.Second + time.Microsecond},
+			d:      Decision{Limit: 0, ResetAfter: 3 * time.Second, RefillAfter: 3*time.Second - time.Microsecond},
+			checks: []respCheck{hasRateLimit("default-1s", 0, 2)},
+		},
+		{
+			name:  "draft-10: 2.000001s is 3",
+			style: HeadersDraft10, p: p3,
+			d:      Decision{Limit: 0, ResetAfter: 2*time.Second + time.Microsecond, RefillAfter: time.Second},
 			checks: []respCheck{hasRateLimit("default-1s", 0, 3)},
 		},
 		{
 			name:  "t: negative reset is 0, negative remaining is 0",
 			style: HeadersIETF | HeadersXRateLimit, p: p3,
-			d: Decision{Limit: 1, Remaining: -5, ResetAfter: -time.Second},
+			d: Decision{Limit: 1, Remaining: -5, ResetAfter: -time.Second, RefillAfter: -time.Second},
 			checks: joinChecks(
 				[]respCheck{hasRateLimit("default-1m", 0, 0)},
 				hasLegacy("X-RateLimit-", 120, 0, 0),
@@ -628,9 +653,9 @@ func TestSetHeaders(t *testing.T) {
 		{
 			name:  "extreme values stay valid sf-integers",
 			style: HeadersIETF | HeadersDraft06, p: p3,
-			d: Decision{Limit: 2, Remaining: math.MaxInt64, ResetAfter: math.MaxInt64},
+			d: Decision{Limit: 2, Remaining: math.MaxInt64, ResetAfter: math.MaxInt64, RefillAfter: math.MaxInt64},
 			checks: joinChecks(
-				[]respCheck{hasRateLimit("default-1h", 999_999_999_999_999, 9_223_372_037)},
+				[]respCheck{hasRateLimit("default-1h", 999_999_999_999_999, 9_223_372_036)},
 				hasLegacy("RateLimit-", 240, 999_999_999_999_999, 9_223_372_037),
 			),
 		},
@@ -646,7 +671,7 @@ func TestSetHeaders(t *testing.T) {
 		{
 			name:  "replaces previous values",
 			style: allHeaderStyles, p: p3,
-			d: Decision{Allowed: true, Limit: 0, Remaining: 4, ResetAfter: time.Second},
+			d: Decision{Allowed: true, Limit: 0, Remaining: 4, ResetAfter: time.Second, RefillAfter: time.Second},
 			before: http.Header{
 				"Ratelimit":         {`"old";r=1;t=1`, `"older";r=2;t=2`},
 				"Ratelimit-Policy":  {`"old";q=1;w=1`},
@@ -777,6 +802,20 @@ func TestHeaderCeilSeconds(t *testing.T) {
 	}
 }
 
+func TestHeaderFloorSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{math.MinInt64, 0}, {-time.Second, 0}, {0, 0}, {1, 0}, {time.Second - 1, 0},
+		{time.Second, 1}, {2*time.Second - time.Microsecond, 1}, {math.MaxInt64, 9_223_372_036},
+	} {
+		if got := floorSeconds(tc.d); got != tc.want {
+			t.Errorf("floorSeconds(%d) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+}
+
 // FuzzSetHeaders checks that any decision and style give headers that parse
 // back, in canonical keys, without panicking.
 func FuzzSetHeaders(f *testing.F) {
@@ -792,7 +831,7 @@ func FuzzSetHeaders(f *testing.F) {
 	f.Fuzz(func(t *testing.T, style uint8, limit int, remaining, reset int64, tb bool) {
 		for _, p := range policies {
 			h := http.Header{}
-			d := Decision{Limit: limit, Remaining: remaining, ResetAfter: time.Duration(reset), RetryAfter: time.Duration(reset)}
+			d := Decision{Limit: limit, Remaining: remaining, ResetAfter: time.Duration(reset), RefillAfter: time.Duration(reset / 2), RetryAfter: time.Duration(reset)}
 			SetHeaders(h, HeaderStyle(style), p, d)
 			SetRetryAfter(h, d)
 			for k, vals := range h {
@@ -840,6 +879,7 @@ func TestSetRetryAfter(t *testing.T) {
 		{"negative other than Never is at least 1", Decision{RetryAfter: -5 * time.Second}, "", []respCheck{hasRetryAfter(1)}},
 		{"largest duration", Decision{RetryAfter: math.MaxInt64}, "", []respCheck{hasRetryAfter(9_223_372_037)}},
 		{"replaces a previous value", Decision{RetryAfter: 3 * time.Second}, "60", []respCheck{hasRetryAfter(3)}},
+		{"never before the effective window ends", Decision{RetryAfter: 2 * time.Second, RefillAfter: 5500 * time.Millisecond}, "", []respCheck{hasRetryAfter(5)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

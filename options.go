@@ -279,7 +279,7 @@ func WithDryRun(on bool) Option {
 // WithDeniedHandler. Bits that name no style are an error.
 func WithHeaders(style HeaderStyle) Option {
 	return func(c *config) {
-		if style&^(HeadersIETF|HeadersDraft06|HeadersXRateLimit) != 0 {
+		if style&^allStyles != 0 {
 			c.fail("WithHeaders(%d): unknown header style bits", style)
 			return
 		}

@@ -203,9 +203,9 @@ type Promise struct {
 	// of the first limit admits for the same requests before Within
 	// (PerfectLog).
 	PerfectShare float64
-	// RetryAfter and ResetSecs: every 429 says Retry-After: RetryAfter and
-	// RateLimit t=ResetSecs for the limit named DeniedBy (r=0).
-	RetryAfter, ResetSecs int64
+	// RetryAfter and WindowSecs: every 429 says Retry-After: RetryAfter and
+	// RateLimit t=WindowSecs for the limit named DeniedBy (r=0).
+	RetryAfter, WindowSecs int64
 	DeniedBy              string
 }
 
@@ -216,9 +216,9 @@ func Scenarios() []Scenario {
 	instant := Client{HonourRetryAfter: true}
 	return []Scenario{
 		{Name: "10/s, honouring, 1ms per request", Policy: "10/s", Client: honouring, Run: time.Minute,
-			Promise: Promise{Within: time.Minute, AtLeast: 570, RetryAfter: 1, ResetSecs: 1, DeniedBy: "api-1s"}},
+			Promise: Promise{Within: time.Minute, AtLeast: 570, RetryAfter: 1, WindowSecs: 0, DeniedBy: "api-1s"}},
 		{Name: "10/s, honouring, instant requests", Policy: "10/s", Client: instant, Run: time.Minute,
-			Promise: Promise{Within: time.Minute, AtLeast: 570, RetryAfter: 1, ResetSecs: 1, DeniedBy: "api-1s"}},
+			Promise: Promise{Within: time.Minute, AtLeast: 570, RetryAfter: 1, WindowSecs: 1, DeniedBy: "api-1s"}},
 		// Long enough for the minute limit to deny and free up again.
 		{Name: "10/s, 120/m, 240/h, honouring, 1ms per request", Policy: "10/s, 120/m, 240/h", Client: honouring, Run: 2 * time.Minute,
 			Promise: Promise{Within: 12 * time.Second, AtLeast: 114}},
@@ -227,7 +227,7 @@ func Scenarios() []Scenario {
 		// sub-buckets counted Period plus one sub-bucket, a client got
 		// 91.7%.)
 		{Name: "120/m, honouring, 1ms per request", Policy: "120/m", Client: honouring, Run: time.Hour,
-			Promise: Promise{Within: time.Hour, AtLeast: 6840, RetryAfter: 60, ResetSecs: 60, DeniedBy: "api-1m"}},
+			Promise: Promise{Within: time.Hour, AtLeast: 6840, RetryAfter: 60, WindowSecs: 59, DeniedBy: "api-1m"}},
 		// Requests every 95ms: 106 in 10 s, of which a window of 10/s can
 		// admit at most 100, and an exact sliding window (the default
 		// counts 10/s exactly) admits 97: one in about ten comes 50ms
@@ -235,6 +235,43 @@ func Scenarios() []Scenario {
 		{Name: "10/s, paced every 95ms", Policy: "10/s", Client: Client{Every: 95 * time.Millisecond}, Run: 10 * time.Second,
 			Promise: Promise{Within: 10 * time.Second, AtLeast: 95, PerfectShare: 1}},
 	}
+}
+
+// checkRateLimit checks what every response's RateLimit field said
+// (draft-11): within its t seconds, counted from the response, no more than
+// its r requests after it were admitted; and a 429's Retry-After does not
+// point before t's end.
+func checkRateLimit(rs []Response) []error {
+	var errs []error
+	for i, r := range rs {
+		if r.RateLimit == "" {
+			continue
+		}
+		_, rem, secs, err := ParseRateLimit(r.RateLimit)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("request %d at %v: %w", i, r.At, err))
+			continue
+		}
+		end := r.At + time.Duration(secs)*time.Second
+		n := int64(0)
+		for _, later := range rs[i+1:] {
+			if later.At >= end {
+				break
+			}
+			if later.Status == http.StatusOK {
+				n++
+			}
+		}
+		if n > rem {
+			errs = append(errs, fmt.Errorf("request %d at %v: RateLimit %q, yet %d were admitted within t", i, r.At, r.RateLimit, n))
+		}
+		if r.Status == http.StatusTooManyRequests {
+			if ra, err := ParseRetryAfter(r.RetryAfter); err == nil && ra < secs {
+				errs = append(errs, fmt.Errorf("request %d at %v: Retry-After %d points before the end of t=%d", i, r.At, ra, secs))
+			}
+		}
+	}
+	return errs
 }
 
 // Outcome is a run's figures, for logs.
@@ -295,6 +332,7 @@ func (s Scenario) Check(st ratelimit.Store, advance func(time.Duration)) (Outcom
 	if share := s.Promise.PerfectShare; share > 0 && float64(o.Admitted) < share*float64(o.Perfect) {
 		errs = append(errs, fmt.Errorf("%d admitted, want at least %.0f%% of the %d an exact window admits", o.Admitted, 100*share, o.Perfect))
 	}
+	errs = append(errs, checkRateLimit(rs)...)
 	waited := false
 	for i, r := range rs {
 		if waited && r.Status != http.StatusOK && s.Client.Every == 0 {
@@ -314,9 +352,9 @@ func (s Scenario) Check(st ratelimit.Store, advance func(time.Duration)) (Outcom
 			errs = append(errs, fmt.Errorf("request %d at %v: %w", i, r.At, err))
 			continue
 		}
-		if r.RetryAfter != strconv.FormatInt(s.Promise.RetryAfter, 10) || name != s.Promise.DeniedBy || rem != 0 || reset != s.Promise.ResetSecs {
+		if r.RetryAfter != strconv.FormatInt(s.Promise.RetryAfter, 10) || name != s.Promise.DeniedBy || rem != 0 || reset != s.Promise.WindowSecs {
 			errs = append(errs, fmt.Errorf("request %d at %v: Retry-After %q, RateLimit %q; want Retry-After %d, RateLimit \"%s\";r=0;t=%d",
-				i, r.At, r.RetryAfter, r.RateLimit, s.Promise.RetryAfter, s.Promise.DeniedBy, s.Promise.ResetSecs))
+				i, r.At, r.RetryAfter, r.RateLimit, s.Promise.RetryAfter, s.Promise.DeniedBy, s.Promise.WindowSecs))
 		}
 	}
 	if len(errs) > 10 {
