@@ -206,7 +206,7 @@ type Promise struct {
 	// RetryAfter and WindowSecs: every 429 says Retry-After: RetryAfter and
 	// RateLimit t=WindowSecs for the limit named DeniedBy (r=0).
 	RetryAfter, WindowSecs int64
-	DeniedBy              string
+	DeniedBy               string
 }
 
 // Scenarios are the promises of "a client that honours Retry-After gets
