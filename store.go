@@ -217,6 +217,23 @@ type Granter interface {
 	TakeUpTo(ctx context.Context, req Request) (Decision, error)
 }
 
+// FallbackStore is implemented by a Store that can fail, such as the Redis
+// store: it names the store that decides, per process, while it fails. A
+// Limiter built without WithFallback and without WithFailureMode asks that
+// store whenever this one fails or does not answer in time, so that an
+// outage does not leave the routes unlimited; each server then counts on
+// its own, and a fleet of N servers admits up to N times the limit until
+// the store answers again. The Redis store names a memory store
+// (store/memory); the deny cache (store/denycache) names its inner
+// store's.
+type FallbackStore interface {
+	// Fallback returns the store that decides while this one fails, or nil
+	// for none. It returns the same store every time: its counters carry
+	// over from one failure to the next. That store must not be this one,
+	// and should not fail itself (a memory store never does).
+	Fallback() Store
+}
+
 // LimitStatus is the state of one limit of the policy for one key.
 type LimitStatus struct {
 	// Key is the index, in Request.Keys, of the key this status describes:

@@ -12,7 +12,10 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-var _ storekit.Complete = (*Cache)(nil)
+var (
+	_ storekit.Complete       = (*Cache)(nil)
+	_ ratelimit.FallbackStore = (*Cache)(nil)
+)
 
 // DefaultMaxHold is how long the deny cache holds a denial at
 // most, unless WithMaxHold says otherwise.
@@ -53,7 +56,8 @@ const DefaultMaxHold = time.Second
 // bytes are held as a 128-bit hash, as the stores hold them. Safe for
 // concurrent use. It forwards the optional operations (Reset, Refund,
 // Reserve, TakeUpTo) to the wrapped store, and returns an error wrapping
-// errors.ErrUnsupported when that store lacks one.
+// errors.ErrUnsupported when that store lacks one; it names the wrapped
+// store's fallback (Fallback) as its own.
 type Cache struct {
 	inner   ratelimit.Store
 	now     func() time.Time
@@ -306,6 +310,17 @@ func (c *Cache) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.
 	}
 	d, err := g.TakeUpTo(ctx, req)
 	return c.after(req, d, err, false)
+}
+
+// Fallback implements ratelimit.FallbackStore: it returns the wrapped
+// store's fallback (the Redis store's memory store), or nil when the
+// wrapped store names none. The fallback is used as it is, without a deny
+// cache in front: it answers in process anyway.
+func (c *Cache) Fallback() ratelimit.Store {
+	if f, ok := c.inner.(ratelimit.FallbackStore); ok {
+		return f.Fallback()
+	}
+	return nil
 }
 
 func unsupported(what string, s ratelimit.Store) error {

@@ -39,7 +39,14 @@ func WithClock(now func() time.Time) Option {
 // to do so (slower, and the abandoned call holds a connection until the
 // client's ReadTimeout). On a Cluster, set it too: then, with a master
 // down, a request whose other identities live elsewhere still gets their
-// answer in time (a denial there stands) instead of a timeout.
+// answer in time (a denial there stands) instead of a timeout. With
+// go-redis's default dial and command retries, a refused connection costs
+// each request the whole timeout; the package documentation says which
+// client options make it fail at once.
+//
+// While Redis fails, a Limiter without WithFallback and WithFailureMode
+// decides with the store's fallback, a memory store of this process (see
+// Fallback).
 //
 // NewRedis adds a go-redis hook to client (on a Cluster or Ring, also to
 // its nodes' clients) that watches failed dials and commands, so that an
@@ -84,5 +91,6 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 		r.batch.client = client
 	}
 	r.diag = diagnose(client) // adds a go-redis hook: errors then name their cause
+	r.fallback = newFallback(r)
 	return r, nil
 }

@@ -65,6 +65,8 @@ type Store struct {
 	scripts      scripts          // the script of each policy (script.go)
 
 	diag *diagnostics // causes seen below the commands (diagnose.go)
+
+	fallback func() ratelimit.Store // the memory store of Fallback, made once (fallback.go)
 }
 
 // Take implements ratelimit.Store.
