@@ -199,9 +199,6 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 
 // notifyCall notifies a decision made outside HTTP.
 func (l *Limiter) notifyCall(res Result, failed, fallback bool) {
-	if l.decHook == nil && len(l.observers) == 0 {
-		return
-	}
 	outcome := Allowed
 	switch {
 	case failed && res.Decision.Allowed:

@@ -120,7 +120,9 @@ func TestAllowNStoreFailure(t *testing.T) {
 		wantErr     error
 		wantHooks   int
 	}{
-		{name: "fail open", store: &failStore{err: errBoom},
+		{name: "fail closed by default", store: &failStore{err: errBoom},
+			wantRetry: time.Second, wantErr: errBoom, wantHooks: 1},
+		{name: "fail open", store: &failStore{err: errBoom}, opts: []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailOpen)},
 			wantAllowed: true, wantErr: errBoom, wantHooks: 1},
 		{name: "fail closed", store: &failStore{err: errBoom}, opts: []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailClosed)},
 			wantRetry: time.Second, wantErr: errBoom, wantHooks: 1},

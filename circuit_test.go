@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -273,28 +272,5 @@ func TestCircuitSurvivesPanics(t *testing.T) {
 				t.Fatalf("circuit closed: status %d, want 200 from the store", code)
 			}
 		})
-	}
-}
-
-// TestCircuitOpenCountsSuppressed: requests the open circuit answers count
-// in the next error log's "suppressed".
-func TestCircuitOpenCountsSuppressed(t *testing.T) {
-	logs := &logRecorder{}
-	clk := newTestClock()
-	lim := newLimiter(t, &failStore{err: errBoom}, ratelimit.MustParsePolicy("2/m"), ratelimit.WithLogger(slog.New(logs)),
-		ratelimit.WithCircuitBreaker(1, time.Hour))
-	ratelimit.SetLogClock(lim, clk.Now)
-	h := lim.Handler(okHandler)
-	for i := 0; i < 10; i++ { // 1 store failure, then 9 answered by the open circuit
-		h.ServeHTTP(httptest.NewRecorder(), getFrom(ipA))
-	}
-	clk.Advance(2 * time.Second)
-	h.ServeHTTP(httptest.NewRecorder(), getFrom(ipA))
-	errs := logs.at(slog.LevelError)
-	if len(errs) != 2 {
-		t.Fatalf("%d error logs, want 2", len(errs))
-	}
-	if v, _ := attrOf(errs[1], "suppressed"); v.Int64() != 9 {
-		t.Fatalf("suppressed %v, want 9 (the circuit's answers)", v)
 	}
 }

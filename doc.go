@@ -66,8 +66,9 @@
 // The store package has the implementations: store.NewRedis (a single
 // Redis, Sentinel, Cluster or Ring, one round trip per request whatever
 // the number of limits and identifiers, using Redis's own clock) and
-// store.NewMemory (one process; the same decisions; also the usual
-// fallback when Redis fails). Your own store implements [Store].
+// store.NewMemory (one process; the same decisions; also the fallback the
+// Redis store names for when Redis fails). Your own store implements
+// [Store], and [FallbackStore] if it can fail and has a fallback to name.
 //
 // # Headers and the 429
 //
@@ -80,13 +81,19 @@
 //
 // # When the store fails
 //
-// Each store call has a budget ([WithTimeout], 100ms by default). Then
-// [WithFallback] asks another store, and the failure mode decides
-// ([WithFailureMode]: [FailOpen] or [FailClosed]); a circuit breaker
-// ([WithCircuitBreaker]) stops asking a store that keeps failing. A client
-// that goes away does not cut a decision short. Observers ([WithObserver];
-// the metrics modules) see every decision, store call and circuit change.
-// Errors go to [WithErrorHook] and, throttled, to [WithLogger]; the Redis
-// store's errors name their cause (a refused connection behind a timeout),
-// and its Ping method checks the servers at startup.
+// Each store call has a budget ([WithTimeout], 100ms by default). Then a
+// fallback store decides: by default the store's own ([FallbackStore]; the
+// Redis store names a memory store, so each server keeps limiting on its
+// own and a fleet of N servers admits up to N times the limit while Redis
+// is down), or the one [WithFallback] sets. When no store can decide, the
+// failure mode does ([WithFailureMode]): [FailClosed] by default, [FailOpen]
+// (unlimited) only when asked for, and giving either turns the store's own
+// fallback off. A circuit breaker ([WithCircuitBreaker]) stops asking a
+// store that keeps failing. A client that goes away does not cut a
+// decision short. Observers ([WithObserver]; the metrics modules) see every
+// decision, store call and circuit change, and [WithErrorHook] every
+// error; the log ([WithLogger]) tells each outage in a few lines: when it
+// starts, a summary a minute, when it ends. The Redis store's errors name
+// their cause (a refused connection behind a timeout), and its Ping method
+// checks the servers at startup.
 package ratelimit

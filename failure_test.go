@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -26,7 +25,9 @@ func TestHandlerStoreFailure(t *testing.T) {
 		wantHooks int  // error hook calls per request
 		wantErr   bool // Result.Err set: the failure mode decided
 	}{
-		{name: "fail open by default", steps: 1, want: isUnlimited, wantNext: true, wantHooks: 1, wantErr: true},
+		// A store that names no fallback (FallbackStore) refuses while it
+		// fails: unlimited must be asked for.
+		{name: "fail closed by default", steps: 1, want: isUnavailable, wantHooks: 1, wantErr: true},
 		{name: "fail open", opts: []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailOpen)},
 			steps: 1, want: isUnlimited, wantNext: true, wantHooks: 1, wantErr: true},
 		{name: "fail closed", opts: []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailClosed)},
@@ -41,8 +42,11 @@ func TestHandlerStoreFailure(t *testing.T) {
 		{name: "fallback decides: denied", opts: []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailOpen)},
 			fallback: func() ratelimit.Store { return store.NewMemory() },
 			steps:    3, want: isDenied, wantHooks: 1},
-		{name: "fallback fails too: fail open", fallback: func() ratelimit.Store { return &failStore{err: io.ErrUnexpectedEOF} },
-			steps: 1, want: isUnlimited, wantNext: true, wantHooks: 2, wantErr: true},
+		{name: "fallback fails too: fail closed by default", fallback: func() ratelimit.Store { return &failStore{err: io.ErrUnexpectedEOF} },
+			steps: 1, want: isUnavailable, wantHooks: 2, wantErr: true},
+		{name: "fallback fails too: fail open", opts: []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailOpen)},
+			fallback: func() ratelimit.Store { return &failStore{err: io.ErrUnexpectedEOF} },
+			steps:    1, want: isUnlimited, wantNext: true, wantHooks: 2, wantErr: true},
 		{name: "fallback fails too: fail closed", opts: []ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailClosed)},
 			fallback: func() ratelimit.Store { return &failStore{err: io.ErrUnexpectedEOF} },
 			steps:    1, want: isUnavailable, wantHooks: 2, wantErr: true},
@@ -104,17 +108,17 @@ func TestHandlerStoreFailure(t *testing.T) {
 			if tt.wantNext && (nextRes.Policy == nil || nextRes.Err != res.Err) {
 				t.Errorf("next handler's Result %+v, want the hook's %+v", nextRes, res)
 			}
-			// One error log (the first is never throttled), at level
-			// Error, with the store error in it.
+			// One log line, at level Error: the store started failing,
+			// with the store's error in it.
+			if n := len(logs.all()); n != 1 {
+				t.Fatalf("%d log lines, want 1", n)
+			}
 			recs := logs.at(slog.LevelError)
 			if len(recs) != 1 {
 				t.Fatalf("%d error logs, want 1", len(recs))
 			}
 			if v, _ := attrOf(recs[0], "error"); !strings.Contains(v.String(), "boom") {
 				t.Errorf("logged error %q, want the store's", v)
-			}
-			if v, _ := attrOf(recs[0], "suppressed"); v.Int64() != 0 {
-				t.Errorf("suppressed = %v, want 0", v)
 			}
 		})
 	}
@@ -139,49 +143,18 @@ func (badStore) Take(context.Context, ratelimit.Request) (ratelimit.Decision, er
 	return ratelimit.Decision{Allowed: true, Limit: 5, Key: 3}, nil
 }
 
+// TestHandlerInvalidDecision: a decision that points outside its request
+// is a store failure: reported, never used (FailClosed, the default for a
+// store without a fallback, decides).
 func TestHandlerInvalidDecision(t *testing.T) {
 	var h hookRecorder
 	lim := newLimiter(t, badStore{}, ratelimit.MustParsePolicy("1/s"), append(h.options(), ratelimit.WithLogger(discardLogger))...)
 	w := httptest.NewRecorder()
 	lim.Handler(okHandler).ServeHTTP(w, getFrom(ipA))
-	for _, c := range isUnlimited {
+	for _, c := range isUnavailable {
 		c(t, w)
 	}
 	if errs := h.errors(); len(errs) != 1 || !strings.Contains(errs[0].Error(), "invalid decision") {
 		t.Errorf("hook errors %v, want an invalid decision", errs)
-	}
-}
-
-func TestHandlerLogThrottle(t *testing.T) {
-	logs := &logRecorder{}
-	clk := newTestClock()
-	lim := newLimiter(t, &failStore{err: errBoom}, ratelimit.MustParsePolicy("2/m"), ratelimit.WithLogger(slog.New(logs)),
-		ratelimit.WithCircuitBreaker(0, 0)) // every request reaches the store
-	ratelimit.SetLogClock(lim, clk.Now)
-	srv := lim.Handler(okHandler)
-	steps := []struct {
-		advance        time.Duration
-		requests       int
-		wantLogs       int
-		wantSuppressed int64 // of the last log
-	}{
-		{0, 1, 1, 0},
-		{0, 3, 1, 0},
-		{999 * time.Millisecond, 1, 1, 0},
-		{time.Millisecond, 1, 2, 4},
-		{time.Hour, 1, 3, 0},
-	}
-	for i, s := range steps {
-		clk.Advance(s.advance)
-		for range s.requests {
-			srv.ServeHTTP(httptest.NewRecorder(), getFrom(ipA))
-		}
-		recs := logs.at(slog.LevelError)
-		if len(recs) != s.wantLogs {
-			t.Fatalf("step %d: %d logs, want %d", i, len(recs), s.wantLogs)
-		}
-		if v, _ := attrOf(recs[len(recs)-1], "suppressed"); v.Int64() != s.wantSuppressed {
-			t.Errorf("step %d: suppressed = %v, want %d", i, v, s.wantSuppressed)
-		}
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/internal/breaker"
@@ -24,18 +22,18 @@ import (
 //
 // Every decision costs one call to the store, however many identifiers
 // and limits are involved. When the store fails or does not answer within
-// the timeout, the Limiter asks the fallback store if one is configured,
-// and otherwise (or if the fallback fails too) applies its FailureMode.
-// A request that none of the identifiers applies to passes unlimited (see
-// WithIdentifiers).
+// the timeout, the Limiter asks the fallback store (WithFallback, or by
+// default the store's own: the Redis store's per-process memory store),
+// and otherwise (or if the fallback fails too) applies its FailureMode
+// (FailClosed unless WithFailureMode says otherwise). A request that none
+// of the identifiers applies to passes unlimited (see WithIdentifiers).
 type Limiter struct {
 	config
-	// epoch is when the Limiter was built; lastLog is the time of the
-	// last error log, relative to epoch (monotonic), and suppressed the
-	// number of error logs skipped since.
-	epoch      time.Time
-	lastLog    atomic.Int64
-	suppressed atomic.Int64
+	// epoch is when the Limiter (or its test clock) started: the clocks of
+	// the circuit breaker and of the logs count from it (monotonic).
+	epoch time.Time
+	// outage is what the log tells of the store's failures (outage_log.go).
+	outage outageLog
 }
 
 // New returns a Limiter that counts requests against policy in store.
@@ -47,6 +45,13 @@ type Limiter struct {
 // fallback that is nil or the store itself, an unknown failure mode or
 // header style, WithRefundIf with a store that cannot refund, and when
 // ByIP (the default identifier) fails.
+//
+// When the store fails, a Limiter built without WithFallback and
+// WithFailureMode asks the store's own fallback (see FallbackStore: the
+// Redis store names a memory store, so each server keeps limiting on its
+// own, and a fleet of N servers admits up to N times the limit until Redis
+// answers again); with a store that names none, it refuses requests
+// (FailClosed). Unlimited is a choice: WithFailureMode(FailOpen).
 func New(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
 	l := &Limiter{}
 	if err := l.config.init(store, policy, opts); err != nil {
@@ -70,16 +75,18 @@ const DefaultTimeout = 100 * time.Millisecond
 type FailureMode uint8
 
 const (
-	// FailOpen lets the request through, without rate-limit headers. The
-	// error goes to the error hook and, throttled, to the logger. It is the
-	// default: an outage of the store does not become an outage of the
-	// service.
+	// FailOpen lets the request through, without rate-limit headers: an
+	// outage of the store does not become an outage of the service, but
+	// leaves the routes unlimited while it lasts. The error goes to the
+	// error hook and the outage to the log (see WithLogger). Only
+	// WithFailureMode(FailOpen) chooses it.
 	FailOpen FailureMode = iota
 	// FailClosed answers 503 Service Unavailable with "Retry-After: 1",
 	// "Cache-Control: no-store" and a short plain-text body that reveals
 	// nothing of the error. A request of cost 0 is served all the same.
 	// Allow and AllowN report the request denied, with a RetryAfter of one
-	// second.
+	// second. It is the default when no fallback store can decide (see
+	// WithFailureMode).
 	FailClosed
 )
 
@@ -99,9 +106,6 @@ const failClosedRetryAfter = time.Second
 // WithCircuitBreaker). The fallback store or the failure mode decided.
 var ErrCircuitOpen = errors.New("store circuit open")
 
-// logEvery is the least time between two error logs of one Limiter.
-const logEvery = time.Second
-
 // sleep waits d, or until ctx is done.
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -114,12 +118,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// setClock sets the clock of the log throttle and restarts it.
+// setClock sets the clock of the circuit breaker and the logs, and
+// restarts the logs (outage_log.go).
 func (l *Limiter) setClock(now func() time.Time) {
 	l.now = now
 	l.epoch = now()
-	l.lastLog.Store(-int64(logEvery)) // the first error is logged
-	l.suppressed.Store(0)
+	l.outage.restart()
 }
 
 // sinceEpoch is the Limiter's monotonic clock, in nanoseconds.
@@ -180,13 +184,12 @@ func (l *Limiter) decide(parent context.Context, r *http.Request, a ask) (d Deci
 		settled = true
 		switch change {
 		case breaker.Opened:
-			l.logger.LogAttrs(parent, slog.LevelWarn, "ratelimit: store circuit opened: skipping the store after repeated failures",
-				slog.String("policy", a.policy.Name()), slog.Duration("cooldown", time.Duration(l.breaker.Cooldown)))
 			l.circuit(true)
 		case breaker.Closed:
 			l.circuit(false)
 		}
 		if err == nil {
+			l.storeAnswered(parent)
 			return d, false, false, nil
 		}
 	} else {
@@ -342,27 +345,19 @@ func (l *Limiter) annotate(which string, err, expired error) error {
 	return fmt.Errorf("ratelimit: %s: no answer within %s: %w (%w)", which, l.timeout, err, expired)
 }
 
-// report gives a store error to the error hook and, throttled, to the log.
+// report gives an error to the error hook and to the log: a store's
+// failure to the outage log, a caller's mistake ("config": a cost above
+// the policy's capacity; an invalid request; an operation the store
+// lacks) to the log of mistakes (outage_log.go).
 func (l *Limiter) report(ctx context.Context, r *http.Request, which string, p *Policy, err error) {
 	if l.errHook != nil {
 		l.errHook(r, err)
 	}
-	l.log(ctx, which, p, err)
-}
-
-// log logs a store error at level Error, at most once per logEvery,
-// counting the ones it skips.
-func (l *Limiter) log(ctx context.Context, which string, p *Policy, err error) {
-	now := l.sinceEpoch()
-	last := l.lastLog.Load()
-	if now-last < int64(logEvery) || !l.lastLog.CompareAndSwap(last, now) {
-		l.suppressed.Add(1)
+	if which == "config" || errors.Is(err, ErrInvalidRequest) || errors.Is(err, errors.ErrUnsupported) {
+		l.mistake(ctx, p, err)
 		return
 	}
-	l.logger.LogAttrs(ctx, slog.LevelError, "ratelimit: store failed",
-		slog.String("store", which), slog.String("policy", p.Name()),
-		slog.String("failure_mode", l.mode.String()), slog.Bool("fallback", l.fallback != nil),
-		slog.Any("error", err), slog.Int64("suppressed", l.suppressed.Swap(0)))
+	l.storeFailed(ctx, which, p, err)
 }
 
 // refund gives back d's charge, once, to the store that made it.
@@ -396,8 +391,10 @@ func (l *Limiter) giveBack(r *http.Request, d Decision) {
 	_ = l.refund(ctx, r, d)
 }
 
-// notify tells the decision hook and the observers about a decision.
+// notify counts a decision for the outage log and tells the decision hook
+// and the observers about it.
 func (l *Limiter) notify(r *http.Request, res Result, outcome Outcome, fallback bool) {
+	l.outage.decided(outcome, fallback)
 	if l.decHook != nil {
 		l.decHook(r, res)
 	}

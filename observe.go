@@ -63,8 +63,8 @@ type DecisionEvent struct {
 	Result Result
 	// Outcome is what happened to the request.
 	Outcome Outcome
-	// Fallback reports that the fallback store decided (WithFallback), the
-	// main store having failed.
+	// Fallback reports that the fallback store decided (WithFallback, or
+	// the store's own: FallbackStore), the main store having failed.
 	Fallback bool
 }
 

@@ -50,7 +50,7 @@ func TestObservers(t *testing.T) {
 	var hooked atomic.Int64
 	lim := newLimiter(t, s, ratelimit.MustParsePolicy("1/h"), ratelimit.WithObserver(a), ratelimit.WithObserver(b),
 		ratelimit.WithDecisionHook(func(*http.Request, ratelimit.Result) { hooked.Add(1) }),
-		ratelimit.WithCircuitBreaker(1, time.Second), ratelimit.WithLogger(discardLogger))
+		ratelimit.WithCircuitBreaker(1, time.Second), ratelimit.WithLogger(discardLogger), ratelimit.WithFailureMode(ratelimit.FailOpen))
 	ratelimit.SetLogClock(lim, clk.Now)
 	h := lim.Handler(okHandler)
 	h.ServeHTTP(httptest.NewRecorder(), getFrom(ipA)) // allowed

@@ -27,6 +27,7 @@ type config struct {
 	costSet  bool
 	costFn   func(*http.Request) int64
 	mode     FailureMode
+	modeSet  bool // WithFailureMode was given
 	fallback Store
 	timeout  time.Duration
 	errHook  func(*http.Request, error)
@@ -41,7 +42,7 @@ type config struct {
 	skip     func(*http.Request) bool
 	// observers get every event (WithObserver).
 	observers []Observer
-	now       func() time.Time                                 // clock of the log throttle, the circuit breaker and waits
+	now       func() time.Time                                 // clock of the logs, the circuit breaker and waits
 	sleep     func(ctx context.Context, d time.Duration) error // waits d, or until ctx is done
 	err       error                                            // the first invalid option
 	// breaker guards the store (not the fallback); see WithCircuitBreaker.
@@ -91,6 +92,9 @@ func (c *config) init(store Store, policy *Policy, opts []Option) error {
 	}
 	if c.fallback != nil && sameStore(c.fallback, store) {
 		return errors.New("ratelimit: WithFallback: the fallback is the store itself")
+	}
+	if err := c.failureDefaults(store); err != nil {
+		return err
 	}
 	if c.ids == nil {
 		id, err := ByIP()
@@ -174,29 +178,67 @@ func WithCostFunc(fn func(r *http.Request) int64) Option {
 	return required("WithCostFunc", "function", fn, func(c *config) { c.costFn = fn })
 }
 
-// WithFailureMode sets what happens when no store can decide; the default
-// is FailOpen.
+// WithFailureMode sets what happens when no store can decide: the store
+// failed, and so did the fallback store if there is one. FailOpen admits
+// every request unlimited; FailClosed refuses it.
+//
+// Giving the option is choosing: the store's own fallback (FallbackStore)
+// is then not used, and only a store set with WithFallback is asked before
+// the failure mode applies. Without the option, a Limiter asks the store's
+// fallback when it names one (the Redis store names a memory store, so
+// each server keeps limiting on its own while Redis is down), and applies
+// FailClosed when no store can decide: a store that names no fallback
+// (your own store, say) refuses requests while it fails rather than leave
+// the routes unlimited. Unlimited is what you ask for with
+// WithFailureMode(FailOpen).
 func WithFailureMode(m FailureMode) Option {
 	return func(c *config) {
 		if m != FailOpen && m != FailClosed {
 			c.fail("WithFailureMode: unknown failure mode %d", m)
 			return
 		}
-		c.mode = m
+		c.mode, c.modeSet = m, true
 	}
 }
 
 // WithFallback sets a store to ask when the store given to New fails or
 // does not answer within the timeout; typically store.NewMemory(), so
 // that each server keeps limiting on its own during an outage of the
-// shared store. The fallback gets a fresh timeout of its own, so a request
-// waits at most twice the timeout. If the fallback fails too, the failure
-// mode applies. When the fallback decides, Result.Err (and AllowN's
-// error) is nil, since the failure mode did not apply; the store's error
-// still goes to the error hook and the log. s must not be nil nor the
-// store given to New.
+// shared store (a fleet of N servers then admits up to N times the limit).
+// It replaces the store's own fallback (FallbackStore), which a Limiter
+// without WithFailureMode asks by default. The fallback gets a fresh
+// timeout of its own (none for the memory store, which answers at once),
+// so a request waits at most twice the timeout. If the fallback fails too,
+// the failure mode applies (FailClosed unless WithFailureMode says
+// otherwise). When the fallback decides, Result.Err (and AllowN's error)
+// is nil, since the failure mode did not apply; the store's error still
+// goes to the error hook and the log. s must not be nil nor the store
+// given to New.
 func WithFallback(s Store) Option {
 	return required("WithFallback", "store", s, func(c *config) { c.fallback = s })
+}
+
+// failureDefaults applies the defaults of the failure options (see
+// WithFailureMode): unless a failure mode was chosen, FailClosed, after
+// the store's own fallback when it names one and none was set.
+func (c *config) failureDefaults(store Store) error {
+	if c.modeSet {
+		return nil
+	}
+	c.mode = FailClosed
+	fs, ok := store.(FallbackStore)
+	if c.fallback != nil || !ok {
+		return nil
+	}
+	f := fs.Fallback()
+	if isNil(f) {
+		return nil
+	}
+	if sameStore(f, store) {
+		return fmt.Errorf("ratelimit: New: the store's fallback (%T.Fallback) is the store itself", store)
+	}
+	c.fallback = f
+	return nil
 }
 
 // WithTimeout sets how long each store call may take (DefaultTimeout
@@ -227,12 +269,19 @@ func WithErrorHook(fn func(r *http.Request, err error)) Option {
 	return required("WithErrorHook", "function", fn, func(c *config) { c.errHook = fn })
 }
 
-// WithLogger sets where store errors are logged; the default is
-// slog.Default(). Errors are logged at level Error, at most about once a
-// second per Limiter so that an outage does not flood the log: each record
-// carries "suppressed", the number of errors left unlogged since the
-// previous one (requests the open circuit answered included). Keys are
-// never logged.
+// WithLogger sets where the Limiter logs; the default is slog.Default().
+// It logs an outage of the store, not each error: one line at level Error
+// when the store starts failing, with the error and what the Limiter does
+// meanwhile (decides with the fallback store, admits unlimited, or
+// refuses); while it lasts, at most one summary a minute at level Warn,
+// with the counts since the previous line; and one line at level Info once
+// the store has answered again for a second without failing, with the
+// outage's length and how many requests the fallback decided, passed
+// unlimited or refused. A caller's mistake (a cost above the policy's
+// capacity, an invalid request, an operation the store lacks) is no
+// outage: it is logged at level Error, at most once a minute, with the
+// count of those left unlogged. Keys are never logged. Every error still
+// goes to the error hook (WithErrorHook) and the observers, one by one.
 func WithLogger(l *slog.Logger) Option {
 	return required("WithLogger", "logger", l, func(c *config) { c.logger = l })
 }

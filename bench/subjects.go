@@ -472,8 +472,9 @@ func limiterInstance(e *env, st ratelimit.Store, pol *ratelimit.Policy) (*instan
 		}),
 		// The peers run without a deadline. The default 100ms is right for
 		// production, but on a shared 2-core machine a descheduled Redis
-		// can exceed it, and the Limiter would then fail open (fast, and
-		// not what is being measured). The code path is the same.
+		// can exceed it, and the Limiter would then decide with the
+		// store's per-process fallback (fast, and not what is being
+		// measured). The code path is the same.
 		ratelimit.WithTimeout(handlerTimeout),
 	}
 	if e.sc.twoIDs {

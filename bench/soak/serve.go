@@ -77,6 +77,10 @@ func newLimiterHandler(addr, prefix string, policy *ratelimit.Policy, timeout ti
 	}
 	opts := []ratelimit.Option{
 		ratelimit.WithIdentifiers(byKey),
+		// FailOpen, so that a request Redis did not answer in time shows
+		// as served without headers (failedOpen) rather than decided by
+		// the Redis store's per-process fallback: the soak counts them.
+		ratelimit.WithFailureMode(ratelimit.FailOpen),
 		ratelimit.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
 	}
 	if timeout > 0 {

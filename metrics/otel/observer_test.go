@@ -320,7 +320,7 @@ func TestOps(t *testing.T) {
 		t.Fatalf("Reset: %v", err)
 	}
 	stalled := newLimiter(t, stallStore{}, ratelimit.MustParsePolicy("5/h", ratelimit.Named("slow")), ratelimit.WithObserver(obs),
-		ratelimit.WithTimeout(5*time.Millisecond), ratelimit.WithCircuitBreaker(0, 0))
+		ratelimit.WithTimeout(5*time.Millisecond), ratelimit.WithCircuitBreaker(0, 0), ratelimit.WithFailureMode(ratelimit.FailOpen))
 	wantCodes(t, serve(stalled.Handler(ok), "203.0.113.7", 2), 200, 200)
 
 	s := collect(t, reader)

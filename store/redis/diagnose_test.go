@@ -116,6 +116,7 @@ func TestDiagnoseRefusedLimiter(t *testing.T) {
 	var mu sync.Mutex
 	var hooked []error
 	lim, err := ratelimit.New(s, diagPolicy, ratelimit.WithTimeout(250*time.Millisecond),
+		ratelimit.WithFailureMode(ratelimit.FailOpen), // no fallback: Allow returns the error
 		ratelimit.WithLogger(slog.New(slog.NewTextHandler(&logBuf, nil))),
 		ratelimit.WithErrorHook(func(_ *http.Request, err error) {
 			mu.Lock()
@@ -199,6 +200,7 @@ func TestDiagnoseRealErrorReply(t *testing.T) {
 	mustContain(t, "Take", takeWithin(s, time.Second), "ratelimit/store: redis: ", "OOM")
 	var hooked error
 	lim, err := ratelimit.New(s, diagPolicy, ratelimit.WithErrorHook(func(_ *http.Request, err error) { hooked = err }),
+		ratelimit.WithFailureMode(ratelimit.FailOpen), // no fallback: Allow returns the error
 		ratelimit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
