@@ -19,7 +19,8 @@ import (
 func TestHandlerDenied(t *testing.T) {
 	st, clk := memoryStore()
 	var h hookRecorder
-	lim := newLimiter(t, st, ratelimit.MustParsePolicy("2/m, 3/h"), ratelimit.WithDecisionHook(h.onDecision))
+	// No holding: this pins the store's answers (hold_test.go pins holding).
+	lim := newLimiter(t, st, ratelimit.MustParsePolicy("2/m, 3/h"), ratelimit.WithDecisionHook(h.onDecision), ratelimit.WithMaxDelay(0))
 	srv := lim.Handler(okHandler)
 	retryAfterMatches := func(t *testing.T, w *httptest.ResponseRecorder) {
 		t.Helper()

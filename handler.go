@@ -89,17 +89,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a := ask{policy: res.Policy, keys: keys, cost: res.Cost, id: l.requestID(r)}
 	var fallback, failed bool
-	if l.maxDelay > 0 && !l.dryRun {
-		var held error
-		res.Decision, fallback, failed, res.Err, held = l.acquire(r.Context(), r, a, l.maxDelay)
-		if held != nil {
-			// The client left while held: its place was given back, and
-			// the Limiters outside, which charged it, give theirs back too.
-			refuseOuter(&frame{outer: frameOf(r.Context())})
-			return
-		}
-	} else {
-		res.Decision, fallback, failed, res.Err = l.decide(r.Context(), r, a)
+	var held error
+	res.Decision, fallback, failed, res.Err, held = l.admit(r, a)
+	if held != nil {
+		// The client left while held: its place was given back, and the
+		// Limiters outside, which charged it, give theirs back too.
+		refuseOuter(&frame{outer: frameOf(r.Context())})
+		return
 	}
 	f := &frame{res: res, lim: l}
 	r = r.WithContext(withFrame(r.Context(), f))

@@ -34,6 +34,8 @@ type Limiter struct {
 	epoch time.Time
 	// outage is what the log tells of the store's failures (outage_log.go).
 	outage outageLog
+	// holding counts the requests Handler holds (hold.go).
+	holding holder
 }
 
 // New returns a Limiter that counts requests against policy in store.

@@ -36,10 +36,14 @@ type config struct {
 	decHook  func(*http.Request, Result)
 	dryRun   bool
 	style    HeaderStyle
-	maxDelay time.Duration // WithMaxDelay
-	idHeader string        // WithIdempotencyKey
-	refundIf func(*http.Request, int) bool
-	skip     func(*http.Request) bool
+	maxDelay time.Duration // WithMaxDelay; holdBelow unless set
+	// reserveFirst: WithMaxDelay was set, and every request asks for a
+	// place in line; else only a denial within maxDelay is held.
+	reserveFirst bool
+	maxHeld      int    // WithMaxHeld
+	idHeader     string // WithIdempotencyKey
+	refundIf     func(*http.Request, int) bool
+	skip         func(*http.Request) bool
 	// observers get every event (WithObserver).
 	observers []Observer
 	now       func() time.Time                                 // clock of the logs, the circuit breaker and waits
@@ -74,6 +78,9 @@ func (c *config) init(store Store, policy *Policy, opts []Option) error {
 		breaker: breaker.Breaker{Threshold: DefaultCircuitFailures, Cooldown: int64(DefaultCircuitCooldown), Quiet: true},
 		logger:  slog.Default(),
 		denied:  deniedHandler,
+		// Hold waits Retry-After cannot say (hold.go).
+		maxDelay: holdBelow,
+		maxHeld:  DefaultMaxHeld,
 	}
 	for i, o := range opts {
 		if o == nil {
@@ -89,6 +96,14 @@ func (c *config) init(store Store, policy *Policy, opts []Option) error {
 	if c.cost > policy.MaxCost() {
 		return fmt.Errorf("ratelimit: WithCost(%d): above the capacity %d of policy %q, every request would be denied",
 			c.cost, policy.MaxCost(), policy.Name())
+	}
+	if policy.algorithm == SlidingWindowApprox {
+		for _, l := range policy.limits {
+			if l.Rate < MinApproxRate {
+				return fmt.Errorf("ratelimit: New: policy %q: limit %q (%d per %s): the approximation loses about one unit per period to its estimate, more than 5%% of a rate below %d, so a client that honours Retry-After would get less than it was promised; use SlidingWindow, exact at this rate for the same cost",
+					policy.Name(), l.Name, l.Rate, FormatPeriod(l.Period), MinApproxRate)
+			}
+		}
 	}
 	if c.fallback != nil && sameStore(c.fallback, store) {
 		return errors.New("ratelimit: WithFallback: the fallback is the store itself")
@@ -347,15 +362,21 @@ func WithHeaders(style HeaderStyle) Option {
 // each is served. Under other policies (sub-buckets, fixed window,
 // approximation) a request is held for the Retry-After the store gave,
 // then asked for again, as long as d allows: no order is kept among held
-// requests. d = 0 (the default) turns holding off; d must not be negative
-// nor above MaxSpan.
+// requests. At most WithMaxHeld requests are held at once. d = 0 turns
+// holding off; d must not be negative nor above MaxSpan.
+//
+// Without the option, Handler holds a request only when the store denied
+// it with a wait below one second (which Retry-After, in whole seconds,
+// cannot say: a client told "1" for 50ms would get a fraction of its
+// rate), asking for its place in line after that denial. A policy with a
+// penalty (BlockFor) is not held: its denial starts the penalty.
 func WithMaxDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 || d > MaxSpan {
 			c.fail("WithMaxDelay(%s): want a delay from 0 to %s", d, MaxSpan)
 			return
 		}
-		c.maxDelay = d
+		c.maxDelay, c.reserveFirst = d, d > 0
 	}
 }
 

@@ -641,14 +641,16 @@ func TestClusterNodeLoss(t *testing.T) {
 
 // outageLimiter returns a Limiter of p on a Redis store over client, with the
 // given timeout, its store errors counted in errs and logged to outageLogger,
-// and opts on top.
+// no holding (the hang guards measure the store's share of a request's
+// time; a held request waits on purpose, see hold_test.go), and opts on
+// top.
 func outageLimiter(t *testing.T, client redis.UniversalClient, p *ratelimit.Policy, timeout time.Duration, errs *outageErrCounter, opts ...ratelimit.Option) *ratelimit.Limiter {
 	t.Helper()
 	st, err := store.NewRedis(client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := []ratelimit.Option{ratelimit.WithTimeout(timeout), ratelimit.WithLogger(outageLogger), ratelimit.WithErrorHook(errs.hook)}
+	base := []ratelimit.Option{ratelimit.WithTimeout(timeout), ratelimit.WithLogger(outageLogger), ratelimit.WithErrorHook(errs.hook), ratelimit.WithMaxDelay(0)}
 	lim, err := ratelimit.New(st, p, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)

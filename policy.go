@@ -122,6 +122,14 @@ const ExactRateMax = 32
 // about 22 bytes of Redis memory per unit of Rate (22 KB at 1000).
 const MaxLogRate = 1000
 
+// MinApproxRate is the smallest Rate of a SlidingWindowApprox limit New
+// accepts for a Limiter. The estimate keeps about one unit of the previous
+// window counted until the window ends, so a steady client loses about one
+// unit per Period: below 30, more than 5% of the rate it was promised.
+// SlidingWindow counts such rates exactly at the same cost. (Stores take
+// any rate: the bound is the HTTP promise's.)
+const MinApproxRate = 30
+
 // MaxSpan bounds how far ahead of now a store may have to remember a
 // time: a token bucket's Burst × emission interval, a penalty
 // (BlockFor) and a reservation (Limiter.Wait) each stay within it. The
@@ -246,6 +254,10 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 		}
 		if l.Period%time.Microsecond != 0 {
 			return nil, fmt.Errorf("%s: period must be a whole number of microseconds", where)
+		}
+		if l.Period > time.Second && l.Period%time.Second != 0 {
+			k := int64(time.Second) / gcd(int64(l.Period), int64(time.Second))
+			return nil, fmt.Errorf("%s: a period above one second must be a whole number of seconds, as Retry-After and the RateLimit headers count whole seconds (a client would wait up to a second too long each time); use %d/%s for the same rate", where, k*l.Rate, FormatPeriod(time.Duration(k)*l.Period))
 		}
 		if j, dup := seen[l.Period]; dup {
 			return nil, fmt.Errorf("%s: duplicate period, limit %d has it too", where, j+1)
@@ -440,4 +452,12 @@ func (p *Policy) With(opts ...PolicyOption) (*Policy, error) {
 		return nil, fmt.Errorf("ratelimit: %w", err)
 	}
 	return q, nil
+}
+
+// gcd is the greatest common divisor of two positive numbers.
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }

@@ -174,6 +174,10 @@ func init() {
 		return rc.r.policy, rc.r.keys, rc.r.cost, rc.r.marks
 	}
 	bridge.CheckDecision = func(d, req any) error { return checkDecision(d.(Decision), req.(Request)) }
+	bridge.SetClock = func(l any, now func() time.Time, sleep func(context.Context, time.Duration) error) {
+		l.(*Limiter).setClock(now)
+		l.(*Limiter).sleep = sleep
+	}
 }
 
 // The operations below are optional: a Store implements those it can, and

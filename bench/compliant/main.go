@@ -62,6 +62,7 @@ func main() {
 	redisAddr := flag.String("redis", "", "host:port of a Redis to use; empty starts a private redis-server (miniredis if there is none)")
 	redisBin := flag.String("redis-server", "redis-server", "redis-server binary used when -redis is empty")
 	flag.BoolVar(&trace, "trace", false, "print every response client 1 gets: time, status, Retry-After, RateLimit")
+	flag.BoolVar(&matrix, "matrix", false, "instead of the example's policy, run every algorithm, small bursts and short periods (-clients clients, 10 s of requests each) and print one row each")
 	flag.Parse()
 	if *clients < 1 || *clients > 200 || *requests < 1 || *requests > 10_000 {
 		log.Fatal("compliant: -clients must be 1 to 200 and -requests 1 to 10000")
@@ -69,6 +70,28 @@ func main() {
 	if err := run(*clients, *requests, *redisAddr, *redisBin); err != nil {
 		log.Fatalf("compliant: %v", err)
 	}
+}
+
+// matrix: run matrixCases instead of the example's policy (-matrix).
+var matrix bool
+
+// matrixCases are the policies -matrix runs: every algorithm, token
+// buckets whose burst refills within a second, and periods below a second.
+var matrixCases = []struct {
+	policy string
+	opts   []ratelimit.PolicyOption
+}{
+	{"10/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingWindow)}},
+	{"100/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingWindow)}}, // sub-buckets
+	{"10/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingLog)}},
+	{"10/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.FixedWindow)}},
+	{"10/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.TokenBucket)}},
+	{"20/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.TokenBucket), ratelimit.WithBurst(5)}},
+	{"20/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.TokenBucket), ratelimit.WithBurst(1)}},
+	{"30/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingWindowApprox)}},
+	{"10/500ms", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingWindow)}},
+	{"10/500ms", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.FixedWindow)}},
+	{"30/500ms", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingWindowApprox)}},
 }
 
 func run(nClients, nRequests int, addr, bin string) error {
@@ -100,6 +123,9 @@ func run(nClients, nRequests int, addr, bin string) error {
 	st, err := store.NewRedis(rc, store.WithPrefix("example:"))
 	if err != nil {
 		return err
+	}
+	if matrix {
+		return runMatrix(st, rc, version, where, nClients)
 	}
 	byIP, err := ratelimit.ByIP()
 	if err != nil {
@@ -288,4 +314,95 @@ func redisVersion(info string) string {
 		}
 	}
 	return "Redis"
+}
+
+// runMatrix runs every case of matrixCases with n clients, each making 10
+// seconds' worth of requests, and prints a row per case: what the clients
+// got per second, and its share of the rate the policy states.
+func runMatrix(st *store.Redis, rc *redis.Client, version, where string, n int) error {
+	fmt.Printf("library: %s\nredis: %s at %s\nclients: %d per policy, each from its own loopback address, hashicorp/go-retryablehttp (sleeps exactly Retry-After after a 429); the Limiter's defaults (waits below a second are held)\n\n",
+		library(), redisVersion(version), where, n)
+	fmt.Println("| policy | algorithm | burst | stated rate | admitted/s per client | share | 429s | Retry-After seen | held (served later than sent) |")
+	fmt.Println("|---|---|--:|--:|--:|--:|--:|---|--:|")
+	for i, c := range matrixCases {
+		p, err := ratelimit.ParsePolicy(c.policy, append([]ratelimit.PolicyOption{ratelimit.Named(fmt.Sprintf("m%d-%d", i, time.Now().UnixNano()%1e6))}, c.opts...)...)
+		if err != nil {
+			return err
+		}
+		l := p.Limit(0)
+		perSecond := float64(l.Rate) / l.Period.Seconds()
+		quota := l.Rate
+		if p.Algorithm() == ratelimit.TokenBucket && l.Burst > 0 {
+			quota = l.Burst
+		}
+		grace := time.Duration(float64(quota) / perSecond * float64(time.Second)) // what the last burst stands for
+		lim, err := ratelimit.New(st, p, ratelimit.WithIdentifiers(mustHeader("X-API-Key")))
+		if err != nil {
+			return err
+		}
+		// held: requests served 5ms or more after they reached the Limiter.
+		var held atomic.Int64
+		type arrivedKey struct{}
+		limited := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if at, ok := r.Context().Value(arrivedKey{}).(time.Time); ok && time.Since(at) >= 5*time.Millisecond {
+				held.Add(1)
+			}
+			fmt.Fprintln(w, "hello")
+		}))
+		mux := http.NewServeMux()
+		mux.Handle("/api/hello", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			limited.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), arrivedKey{}, time.Now())))
+		}))
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		url := "http://" + ln.Addr().String() + "/api/hello"
+		requests := int(perSecond * 10)
+		res := make([]*result, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for k := range res {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[k], errs[k] = runClient(k, url, requests)
+			}()
+		}
+		wg.Wait()
+		srv.Close()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		all := &result{retryAfter: map[string]int{}}
+		got := 0.0
+		for _, c := range res {
+			got += float64(len(c.admitted)) / (c.span() + grace).Seconds()
+			all.denied += c.denied
+			for v, k := range c.retryAfter {
+				all.retryAfter[v] += k
+			}
+		}
+		got /= float64(n)
+		burst := "-"
+		if p.Algorithm() == ratelimit.TokenBucket {
+			burst = fmt.Sprint(max(l.Burst, l.Rate))
+			if l.Burst > 0 {
+				burst = fmt.Sprint(l.Burst)
+			}
+		}
+		fmt.Printf("| %s | %s | %s | %.0f/s | %.2f | %.1f%% | %d | %s | %d |\n", c.policy, p.Algorithm(), burst, perSecond, got, 100*got/perSecond, all.denied, all.seen(), held.Load())
+	}
+	return nil
+}
+
+// mustHeader is ByHeader(name), which cannot fail for a valid name.
+func mustHeader(name string) ratelimit.Identifier {
+	id, err := ratelimit.ByHeader(name)
+	if err != nil {
+		panic(err)
+	}
+	return id
 }

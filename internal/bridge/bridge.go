@@ -1,12 +1,18 @@
 // Package bridge carries what package ratelimit keeps unexported to the
 // packages of store writers (store/storekit) and of this module's stores:
-// a policy's layout, and the making and reading of receipts. Package
+// a policy's layout, and the making and reading of receipts; and to
+// internal/clientsim, a Limiter's clock. Package
 // ratelimit fills it in at init; its values are typed loosely (any) only
 // because ratelimit imports this package, so it cannot import ratelimit.
 // Callers use the typed wrappers of store/storekit.
 package bridge
 
-import "github.com/ratelimitkit/ratelimit/internal/layout"
+import (
+	"context"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/layout"
+)
 
 var (
 	// Layout returns the layout of a *ratelimit.Policy.
@@ -20,4 +26,8 @@ var (
 	// CheckDecision reports a ratelimit.Decision that points outside its
 	// ratelimit.Request.
 	CheckDecision func(decision, request any) error
+	// SetClock gives a *ratelimit.Limiter the clock it reads and the
+	// sleep it waits with (holding, Wait), so that a simulation moves its
+	// own clock instead of sleeping.
+	SetClock func(limiter any, now func() time.Time, sleep func(ctx context.Context, d time.Duration) error)
 )

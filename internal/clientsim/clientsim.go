@@ -11,6 +11,7 @@
 package clientsim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -21,11 +22,13 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/bridge"
 )
 
 // Response is one request a client sent and what it got.
 type Response struct {
 	At         time.Duration // when it was sent, from the start of the run
+	Served     time.Duration // when it was answered: later than At when the Limiter held it
 	Status     int
 	RetryAfter string // the Retry-After header, "" when absent
 	RateLimit  string // the RateLimit header, "" when absent
@@ -45,56 +48,78 @@ type Client struct {
 	Every time.Duration
 }
 
-// Run sends requests from c to h until the clock has moved d past the
-// start, and returns every response. advance moves the clock the handler's
-// store reads. Any status other than 200 and 429 is an error.
-func (c Client) Run(h http.Handler, advance func(time.Duration), d time.Duration) ([]Response, error) {
-	var out []Response
-	var now time.Duration
-	move := func(to time.Duration) {
-		if to > now {
-			advance(to - now)
-			now = to
-		}
+// Clock is a run's simulated time, from its start: the client moves it,
+// and so does the Limiter while it holds a request (Sleep).
+type Clock struct {
+	now     time.Duration
+	advance func(time.Duration)
+}
+
+// NewClock returns a clock at the start of a run; advance moves the clock
+// the store reads.
+func NewClock(advance func(time.Duration)) *Clock { return &Clock{advance: advance} }
+
+// MoveTo moves the clock to to, unless it is there already.
+func (c *Clock) MoveTo(to time.Duration) {
+	if to > c.now {
+		c.advance(to - c.now)
+		c.now = to
 	}
+}
+
+// Sleep is the Limiter's wait on this clock: it moves the clock by d.
+func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.MoveTo(c.now + d)
+	return nil
+}
+
+// Run sends requests from c to h until clk has moved d past the start, and
+// returns every response. Any status other than 200 and 429 is an error.
+func (c Client) Run(h http.Handler, clk *Clock, d time.Duration) ([]Response, error) {
+	var out []Response
 	for k := 0; ; k++ {
 		if c.Every > 0 {
-			move(time.Duration(k) * c.Every)
+			clk.MoveTo(time.Duration(k) * c.Every)
 		}
-		if now >= d {
+		sent := clk.now
+		if sent >= d {
 			return out, nil
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/hello", nil))
-		r := Response{At: now, Status: w.Code, RetryAfter: w.Header().Get("Retry-After"), RateLimit: w.Header().Get("RateLimit")}
+		r := Response{At: sent, Served: clk.now, Status: w.Code, RetryAfter: w.Header().Get("Retry-After"), RateLimit: w.Header().Get("RateLimit")}
 		out = append(out, r)
 		if r.Status != http.StatusOK && r.Status != http.StatusTooManyRequests {
-			return out, fmt.Errorf("request %d at %v: status %d", k, now, r.Status)
+			return out, fmt.Errorf("request %d at %v: status %d", k, sent, r.Status)
 		}
 		if c.Every > 0 {
 			continue
 		}
-		next := now + c.Latency
+		next := r.Served + c.Latency
 		if r.Status == http.StatusTooManyRequests && c.HonourRetryAfter {
 			secs, err := ParseRetryAfter(r.RetryAfter)
 			if err != nil {
-				return out, fmt.Errorf("request %d at %v: 429: %w", k, now, err)
+				return out, fmt.Errorf("request %d at %v: 429: %w", k, sent, err)
 			}
 			next += time.Duration(secs) * time.Second
 		}
-		if next == now && r.Status == http.StatusTooManyRequests {
-			return out, fmt.Errorf("request %d at %v: 429 and a client that would retry at once", k, now)
+		if next == r.Served && r.Status == http.StatusTooManyRequests {
+			return out, fmt.Errorf("request %d at %v: 429 and a client that would retry at once", k, sent)
 		}
-		move(next)
+		clk.MoveTo(next)
 	}
 }
 
-// Admitted returns the send times of the admitted requests, in order.
+// Admitted returns the times the admitted requests were served (after any
+// hold), in order.
 func Admitted(rs []Response) []time.Duration {
 	var at []time.Duration
 	for _, r := range rs {
 		if r.Status == http.StatusOK {
-			at = append(at, r.At)
+			at = append(at, r.Served)
 		}
 	}
 	return at
@@ -188,6 +213,8 @@ func ParseRateLimit(v string) (name string, r, t int64, err error) {
 type Scenario struct {
 	Name    string
 	Policy  string // for ratelimit.ParsePolicy, named "api"
+	Options []ratelimit.PolicyOption
+	Limiter []ratelimit.Option // options of the Limiter besides FailClosed
 	Client  Client
 	Run     time.Duration // clock time the client runs
 	Promise Promise
@@ -210,14 +237,21 @@ type Promise struct {
 }
 
 // Scenarios are the promises of "a client that honours Retry-After gets
-// the rate it was promised", for the sliding window (the default).
+// the rate it was promised": with the Limiter's defaults (a wait below one
+// second is held, not refused) for every algorithm, small bursts and
+// periods below a second included; and without holding (WithMaxDelay(0)),
+// where whole-second periods keep the promise by Retry-After alone.
 func Scenarios() []Scenario {
 	honouring := Client{Latency: time.Millisecond, HonourRetryAfter: true}
 	instant := Client{HonourRetryAfter: true}
-	return []Scenario{
-		{Name: "10/s, honouring, 1ms per request", Policy: "10/s", Client: honouring, Run: time.Minute,
+	noHold := []ratelimit.Option{ratelimit.WithMaxDelay(0)}
+	algorithm := func(a ratelimit.Algorithm) []ratelimit.PolicyOption {
+		return []ratelimit.PolicyOption{ratelimit.WithAlgorithm(a)}
+	}
+	out := []Scenario{
+		{Name: "10/s, honouring, 1ms per request, no holding", Policy: "10/s", Client: honouring, Run: time.Minute, Limiter: noHold,
 			Promise: Promise{Within: time.Minute, AtLeast: 570, RetryAfter: 1, WindowSecs: 0, DeniedBy: "api-1s"}},
-		{Name: "10/s, honouring, instant requests", Policy: "10/s", Client: instant, Run: time.Minute,
+		{Name: "10/s, honouring, instant requests, no holding", Policy: "10/s", Client: instant, Run: time.Minute, Limiter: noHold,
 			Promise: Promise{Within: time.Minute, AtLeast: 570, RetryAfter: 1, WindowSecs: 1, DeniedBy: "api-1s"}},
 		// Long enough for the minute limit to deny and free up again.
 		{Name: "10/s, 120/m, 240/h, honouring, 1ms per request", Policy: "10/s, 120/m, 240/h", Client: honouring, Run: 2 * time.Minute,
@@ -225,16 +259,47 @@ func Scenarios() []Scenario {
 		// An hour, so that where the last burst falls moves the share by
 		// under 2%: 95% is 6840 of 7200. (Told 66 instead of 60, as
 		// sub-buckets counted Period plus one sub-bucket, a client got
-		// 91.7%.)
+		// 91.7%.) The first sub-bucket leaves 59.9s after the denial: t=59.
 		{Name: "120/m, honouring, 1ms per request", Policy: "120/m", Client: honouring, Run: time.Hour,
 			Promise: Promise{Within: time.Hour, AtLeast: 6840, RetryAfter: 60, WindowSecs: 59, DeniedBy: "api-1m"}},
 		// Requests every 95ms: 106 in 10 s, of which a window of 10/s can
 		// admit at most 100, and an exact sliding window (the default
 		// counts 10/s exactly) admits 97: one in about ten comes 50ms
 		// early.
-		{Name: "10/s, paced every 95ms", Policy: "10/s", Client: Client{Every: 95 * time.Millisecond}, Run: 10 * time.Second,
+		{Name: "10/s, paced every 95ms, no holding", Policy: "10/s", Client: Client{Every: 95 * time.Millisecond}, Run: 10 * time.Second, Limiter: noHold,
 			Promise: Promise{Within: 10 * time.Second, AtLeast: 95, PerfectShare: 1}},
 	}
+	// With the defaults, for every algorithm: 95% of the rate over a
+	// minute, however small the burst or short the period (the
+	// approximation from ratelimit.MinApproxRate up).
+	for _, sc := range []struct {
+		policy string
+		opts   []ratelimit.PolicyOption
+		rate   int // per second
+	}{
+		{"10/s", algorithm(ratelimit.SlidingWindow), 10},
+		{"10/s", algorithm(ratelimit.SlidingLog), 10},
+		{"10/s", algorithm(ratelimit.FixedWindow), 10},
+		{"10/s", algorithm(ratelimit.TokenBucket), 10},
+		{"20/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.TokenBucket), ratelimit.WithBurst(5)}, 20},
+		{"20/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.TokenBucket), ratelimit.WithBurst(1)}, 20},
+		{"10/500ms", algorithm(ratelimit.SlidingWindow), 20},
+		{"30/s", algorithm(ratelimit.SlidingWindowApprox), 30},
+		{"30/500ms", algorithm(ratelimit.SlidingWindowApprox), 60},
+		{"10/500ms", algorithm(ratelimit.FixedWindow), 20},
+	} {
+		p, err := ratelimit.ParsePolicy(sc.policy, sc.opts...)
+		if err != nil {
+			panic(err)
+		}
+		name := fmt.Sprintf("%s %s, honouring, 1ms per request", sc.policy, p.Algorithm())
+		if l := p.Limit(0); p.Algorithm() == ratelimit.TokenBucket && l.Burst != 0 && l.Burst != l.Rate {
+			name = fmt.Sprintf("%s %s burst %d, honouring, 1ms per request", sc.policy, p.Algorithm(), l.Burst)
+		}
+		out = append(out, Scenario{Name: name, Policy: sc.policy, Options: sc.opts, Client: honouring, Run: time.Minute,
+			Promise: Promise{Within: time.Minute, AtLeast: sc.rate * 60 * 95 / 100}})
+	}
+	return out
 }
 
 // checkRateLimit checks what every response's RateLimit field said
@@ -252,10 +317,10 @@ func checkRateLimit(rs []Response) []error {
 			errs = append(errs, fmt.Errorf("request %d at %v: %w", i, r.At, err))
 			continue
 		}
-		end := r.At + time.Duration(secs)*time.Second
+		end := r.Served + time.Duration(secs)*time.Second
 		n := int64(0)
 		for _, later := range rs[i+1:] {
-			if later.At >= end {
+			if later.Served >= end {
 				break
 			}
 			if later.Status == http.StatusOK {
@@ -297,16 +362,19 @@ func (o Outcome) String() string {
 // window of any limit's Period admitted more than its Rate. advance moves
 // st's clock.
 func (s Scenario) Check(st ratelimit.Store, advance func(time.Duration)) (Outcome, error) {
-	p, err := ratelimit.ParsePolicy(s.Policy, ratelimit.Named("api"))
+	p, err := ratelimit.ParsePolicy(s.Policy, append([]ratelimit.PolicyOption{ratelimit.Named("api")}, s.Options...)...)
 	if err != nil {
 		return Outcome{}, err
 	}
-	lim, err := ratelimit.New(st, p, ratelimit.WithFailureMode(ratelimit.FailClosed), ratelimit.WithTimeout(10*time.Second))
+	lim, err := ratelimit.New(st, p, append([]ratelimit.Option{ratelimit.WithFailureMode(ratelimit.FailClosed), ratelimit.WithTimeout(10 * time.Second)}, s.Limiter...)...)
 	if err != nil {
 		return Outcome{}, err
 	}
+	clk := NewClock(advance)
+	start := time.Unix(0, 0)
+	bridge.SetClock(lim, func() time.Time { return start.Add(clk.now) }, clk.Sleep)
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
-	rs, err := s.Client.Run(lim.Handler(ok), advance, s.Run)
+	rs, err := s.Client.Run(lim.Handler(ok), clk, s.Run)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -322,8 +390,21 @@ func (s Scenario) Check(st ratelimit.Store, advance func(time.Duration)) (Outcom
 		Perfect: PerfectLog(sends, int(first.Rate), first.Period), RetryAfters: map[string]int{}}
 	var errs []error
 	for _, l := range p.Limits() {
-		if n := MaxInWindow(adm, l.Period); int64(n) > l.Rate {
-			errs = append(errs, fmt.Errorf("a window of %v admitted %d, above the rate %d", l.Period, n, l.Rate))
+		// What each algorithm promises of any window of one Period (see
+		// ratelimit.Algorithm); the fixed window's aligned windows are not
+		// the client's to see.
+		most, what := l.Rate, "the rate"
+		switch p.Algorithm() {
+		case ratelimit.TokenBucket:
+			most, what = max(l.Burst, 1)+l.Rate, "burst + rate"
+			if l.Burst == 0 {
+				most = 2 * l.Rate
+			}
+		case ratelimit.SlidingWindowApprox, ratelimit.FixedWindow:
+			most, what = 2*l.Rate, "twice the rate"
+		}
+		if n := MaxInWindow(adm, l.Period); int64(n) > most {
+			errs = append(errs, fmt.Errorf("a window of %v admitted %d, above %s (%d)", l.Period, n, what, most))
 		}
 	}
 	if o.Admitted < s.Promise.AtLeast {
