@@ -8,9 +8,17 @@ import (
 )
 
 // ProblemType is the "type" of the problem documents DefaultDeniedHandler
-// writes: a URI naming this kind of problem and documenting its extension
-// members (limit, quota, window, identifier, retry_after).
-const ProblemType = "https://github.com/ratelimitkit/ratelimit#rate-limited"
+// writes: the quota-exceeded problem type of
+// draft-ietf-httpapi-ratelimit-headers-11, registered by IANA, whose
+// member violated-policies names the exceeded policies. The members limit,
+// quota, window, identifier and retry_after are this package's (see
+// Problem).
+const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// UnavailableProblemType is the "type" of the problem document of the 503
+// that FailClosed answers while the store fails: the
+// temporary-reduced-capacity problem type of the same draft.
+const UnavailableProblemType = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 
 // Problem is the RFC 9457 problem document DefaultDeniedHandler writes, as
 // JSON with the member names in the struct tags. Custom denied handlers
@@ -25,8 +33,13 @@ type Problem struct {
 	Status int `json:"status"`
 	// Detail is one or two English sentences naming the violated limit and
 	// when to retry, e.g. `Rate limit "default-1s" (10 per 1s) exceeded.
-	// Retry in 1 second.`
+	// Retry in 1 second.`, and saying so when a denial blocks the client
+	// for a while (Policy.BlockFor).
 	Detail string `json:"detail"`
+	// ViolatedPolicies names the exceeded policies, as RateLimit-Policy
+	// names them (Limit.Name): every limit that denied the request, the
+	// most restrictive first. Omitted when unknown.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 	// Limit is the name of the violated limit (Limit.Name); omitted when
 	// unknown.
 	Limit string `json:"limit,omitempty"`
@@ -63,6 +76,12 @@ func NewProblem(res Result) Problem {
 		pb.Limit = l.Name
 		pb.Quota = limitQuota(l, p.algorithm == TokenBucket)
 		pb.Window = windowSeconds(l.Period)
+		pb.ViolatedPolicies = []string{l.Name}
+		for i, ls := range d.Limits {
+			if i != d.Limit && i < len(p.limits) && !ls.Allowed && ls.RetryAfter != 0 {
+				pb.ViolatedPolicies = append(pb.ViolatedPolicies, p.limits[i].Name)
+			}
+		}
 	}
 	if d.Key >= 0 && d.Key < len(res.Keys) {
 		pb.Identifier = keyKind(res.Keys[d.Key])
@@ -86,7 +105,11 @@ func NewProblem(res Result) Problem {
 	if l != nil {
 		b.WriteString("Rate limit ")
 		writeLimit(&b, l, res.Policy.algorithm == TokenBucket)
-		b.WriteString(" exceeded.")
+		if block := res.Policy.block; block > 0 {
+			b.WriteString(" exceeded, so this client is blocked for " + FormatPeriod(block) + ".")
+		} else {
+			b.WriteString(" exceeded.")
+		}
 	} else {
 		b.WriteString("Rate limit exceeded.")
 	}
@@ -175,6 +198,16 @@ func (pb Problem) appendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, int64(pb.Status), 10)
 	b = append(b, `,"detail":`...)
 	b = appendJSONString(b, pb.Detail)
+	if len(pb.ViolatedPolicies) > 0 {
+		b = append(b, `,"violated-policies":[`...)
+		for i, v := range pb.ViolatedPolicies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, v)
+		}
+		b = append(b, ']')
+	}
 	if pb.Limit != "" {
 		b = append(b, `,"limit":`...)
 		b = appendJSONString(b, pb.Limit)

@@ -357,5 +357,5 @@ func ExampleDefaultDeniedHandler() {
 	fmt.Print(rec.Body.String()) // the body ends with a newline
 	// Output:
 	// 429 application/problem+json
-	// {"type":"https://github.com/ratelimitkit/ratelimit#rate-limited","title":"Too Many Requests","status":429,"detail":"Rate limit \"default-1s\" (10 per 1s) exceeded. Retry in 1 second.","limit":"default-1s","quota":10,"window":1,"identifier":"ip","retry_after":1}
+	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"Rate limit \"default-1s\" (10 per 1s) exceeded. Retry in 1 second.","violated-policies":["default-1s"],"limit":"default-1s","quota":10,"window":1,"identifier":"ip","retry_after":1}
 }

@@ -269,14 +269,23 @@ func (l *Limiter) overCapacity(r *http.Request, res Result) {
 	l.report(r.Context(), r, "config", res.Policy, err)
 }
 
+// serviceUnavailable answers FailClosed's 503: a problem document of the
+// temporary-reduced-capacity type that says nothing of the error.
 func serviceUnavailable(w http.ResponseWriter, style HeaderStyle) {
 	h := w.Header()
 	if style != HeadersNone {
 		h.Set("Retry-After", strconv.Itoa(int(failClosedRetryAfter/time.Second)))
 	}
 	h.Set("Cache-Control", "no-store")
-	http.Error(w, "Service temporarily unavailable, please retry shortly.", http.StatusServiceUnavailable)
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write(unavailableBody) // an error means the client is gone
 }
+
+// unavailableBody is the 503's problem document.
+var unavailableBody = Problem{Type: UnavailableProblemType, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+	Detail: "Service temporarily unavailable, please retry shortly."}.appendJSON(nil)
 
 // deniedWriter makes a denied handler's response a 429 unless the handler
 // writes a status of its own.

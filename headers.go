@@ -27,8 +27,8 @@ const (
 	// RateLimit-Policy lists every limit of the policy, in order: its name
 	// (Limit.Name), its quota q (Limit.Rate; for TokenBucket the larger of
 	// Limit.Rate and Limit.Burst) and its window w (Limit.Period in
-	// seconds, rounded up, at least 1, so a 500ms limit says w=1 and a
-	// 1500ms limit w=2). RateLimit names the most restrictive limit, with
+	// seconds). A limit of a period below one second says w=1 and what it
+	// admits in the whole periods of a second: 10/500ms says q=20;w=1. RateLimit names the most restrictive limit, with
 	// the cost it can still admit r (Decision.Remaining, at least 0) and
 	// its effective window t: the whole seconds within which it admits no
 	// more than r (Decision.RefillAfter rounded down), for every algorithm.
@@ -245,15 +245,26 @@ func retryAfterSeconds(d Decision) (int64, bool) {
 
 // limitQuota is the quota a header advertises for l: its rate, or a token
 // bucket's burst when that is larger (a burst below the rate, refilled
-// within a second, would hide the rate a client can keep).
+// within a second, would hide the rate a client can keep); for a period
+// below a second, what it admits per second (10/500ms: 20), as its window
+// is one second.
 func limitQuota(l *Limit, tokenBucket bool) int64 {
+	q := l.Rate
 	if tokenBucket && l.Burst > l.Rate {
-		return l.Burst
+		q = l.Burst
 	}
-	return l.Rate
+	if l.Period > 0 && l.Period < time.Second {
+		per := int64(time.Second / l.Period) // whole periods per second
+		if q > maxSFInteger/per {
+			return maxSFInteger
+		}
+		q *= per
+	}
+	return q
 }
 
-// windowSeconds is a limit's period in whole seconds, rounded up, at least 1.
+// windowSeconds is a limit's period in whole seconds, rounded up, at least 1
+// (periods above a second are whole seconds: NewPolicy refuses others).
 func windowSeconds(period time.Duration) int64 {
 	return max(1, ceilSeconds(period))
 }

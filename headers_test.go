@@ -507,7 +507,7 @@ var legacyKeys = []string{
 func TestSetHeaders(t *testing.T) {
 	p3 := MustParsePolicy("10/s, 120/m, 240/h")
 	p3Policy := hasPolicy(quotaPolicy{"default-1s", 10, 1}, quotaPolicy{"default-1m", 120, 60}, quotaPolicy{"default-1h", 240, 3600})
-	subSecond := MustParsePolicy("10/500ms, 20/1500ms, 30/1ms, 40/2001ms", Named("sub"))
+	subSecond := MustParsePolicy("10/500ms, 20/2s, 30/1ms, 40/300ms", Named("sub"))
 	bucket := policyOf(t, "tb", TokenBucket,
 		Limit{Rate: 10, Period: time.Second, Burst: 25},
 		Limit{Rate: 100, Period: time.Minute},
@@ -557,12 +557,12 @@ func TestSetHeaders(t *testing.T) {
 			checks: []respCheck{hasOnlyHeaders(ietfKeys...), hasRateLimit("default-1h", 0, 15)},
 		},
 		{
-			name:  "sub-second and fractional periods round up",
+			name:  "sub-second periods say what they admit in a second",
 			style: HeadersIETF, p: subSecond,
 			d: Decision{Allowed: true, Limit: 1, Remaining: 19, ResetAfter: 1500 * time.Millisecond, RefillAfter: 2500 * time.Millisecond},
 			checks: []respCheck{
-				hasPolicy(quotaPolicy{"sub-500ms", 10, 1}, quotaPolicy{"sub-1500ms", 20, 2}, quotaPolicy{"sub-1ms", 30, 1}, quotaPolicy{"sub-2001ms", 40, 3}),
-				hasRateLimit("sub-1500ms", 19, 2),
+				hasPolicy(quotaPolicy{"sub-500ms", 20, 1}, quotaPolicy{"sub-2s", 20, 2}, quotaPolicy{"sub-1ms", 30000, 1}, quotaPolicy{"sub-300ms", 120, 1}),
+				hasRateLimit("sub-2s", 19, 2),
 			},
 		},
 		{

@@ -69,7 +69,8 @@ func wantProblem(detail string, extra map[string]any) map[string]any {
 func TestDefaultDeniedHandler(t *testing.T) {
 	p3 := MustParsePolicy("10/s, 120/m, 240/h")
 	bucket := policyOf(t, "tb", TokenBucket, Limit{Rate: 10, Period: time.Second, Burst: 25})
-	sub := MustParsePolicy("3/1500ms", Named("sub"))
+	sub := MustParsePolicy("3/500ms", Named("sub"))
+	login := MustParsePolicy("5/15m, 100/h", Named("login"), BlockFor(time.Hour))
 	common := []respCheck{
 		hasStatus(http.StatusTooManyRequests),
 		hasHeader("Content-Type", "application/problem+json"),
@@ -100,7 +101,7 @@ func TestDefaultDeniedHandler(t *testing.T) {
 				Limit: 0, RetryAfter: 300 * time.Millisecond, ResetAfter: time.Second,
 			}},
 			checks: []respCheck{hasProblem(wantProblem(`Rate limit "default-1s" (10 per 1s) exceeded. Retry in 1 second.`, map[string]any{
-				"limit": "default-1s", "quota": float64(10), "window": float64(1), "retry_after": float64(1), "identifier": "ip",
+				"limit": "default-1s", "violated-policies": []any{"default-1s"}, "quota": float64(10), "window": float64(1), "retry_after": float64(1), "identifier": "ip",
 			}))},
 		},
 		{
@@ -109,7 +110,7 @@ func TestDefaultDeniedHandler(t *testing.T) {
 				Limit: 1, Key: 0, RetryAfter: 42*time.Second + time.Microsecond, ResetAfter: time.Minute,
 			}},
 			checks: []respCheck{hasProblem(wantProblem(`Rate limit "default-1m" (120 per 1m) exceeded. Retry in 43 seconds.`, map[string]any{
-				"limit": "default-1m", "quota": float64(120), "window": float64(60), "retry_after": float64(43), "identifier": "user",
+				"limit": "default-1m", "violated-policies": []any{"default-1m"}, "quota": float64(120), "window": float64(60), "retry_after": float64(43), "identifier": "user",
 			}))},
 		},
 		{
@@ -118,7 +119,7 @@ func TestDefaultDeniedHandler(t *testing.T) {
 				Limit: 0, RetryAfter: Never,
 			}},
 			checks: []respCheck{hasProblem(wantProblem(`This request's cost (11) exceeds the limit "default-1s" (10 per 1s) and can never be admitted.`, map[string]any{
-				"limit": "default-1s", "quota": float64(10), "window": float64(1), "identifier": "ip",
+				"limit": "default-1s", "violated-policies": []any{"default-1s"}, "quota": float64(10), "window": float64(1), "identifier": "ip",
 			}))},
 		},
 		{
@@ -130,14 +131,24 @@ func TestDefaultDeniedHandler(t *testing.T) {
 			name: "token bucket: quota is the burst",
 			res:  &Result{Policy: bucket, Cost: 1, Decision: Decision{RetryAfter: 100 * time.Millisecond}},
 			checks: []respCheck{hasProblem(wantProblem(`Rate limit "tb-1s" (10 per 1s, burst 25) exceeded. Retry in 1 second.`, map[string]any{
-				"limit": "tb-1s", "quota": float64(25), "window": float64(1), "retry_after": float64(1),
+				"limit": "tb-1s", "violated-policies": []any{"tb-1s"}, "quota": float64(25), "window": float64(1), "retry_after": float64(1),
 			}))},
 		},
 		{
-			name: "fractional period: window rounds up",
+			name: "sub-second period: what it admits in a second",
 			res:  &Result{Policy: sub, Cost: 1, Decision: Decision{RetryAfter: 1200 * time.Millisecond}},
-			checks: []respCheck{hasProblem(wantProblem(`Rate limit "sub-1500ms" (3 per 1500ms) exceeded. Retry in 2 seconds.`, map[string]any{
-				"limit": "sub-1500ms", "quota": float64(3), "window": float64(2), "retry_after": float64(2),
+			checks: []respCheck{hasProblem(wantProblem(`Rate limit "sub-500ms" (3 per 500ms) exceeded. Retry in 2 seconds.`, map[string]any{
+				"limit": "sub-500ms", "violated-policies": []any{"sub-500ms"}, "quota": float64(6), "window": float64(1), "retry_after": float64(2),
+			}))},
+		},
+		{
+			name: "a penalty says the client is blocked; every denying limit is named",
+			res: &Result{Policy: login, Keys: []string{"ip:192.0.2.1"}, Cost: 1, Decision: Decision{
+				Limit: 1, RetryAfter: time.Hour, Limits: []LimitStatus{{RetryAfter: time.Minute}, {RetryAfter: time.Hour}},
+			}},
+			checks: []respCheck{hasProblem(wantProblem(`Rate limit "login-1h" (100 per 1h) exceeded, so this client is blocked for 1h. Retry in 3600 seconds.`, map[string]any{
+				"limit": "login-1h", "violated-policies": []any{"login-1h", "login-15m"}, "quota": float64(100), "window": float64(3600),
+				"retry_after": float64(3600), "identifier": "ip",
 			}))},
 		},
 		{
@@ -157,7 +168,7 @@ func TestDefaultDeniedHandler(t *testing.T) {
 			}},
 			checks: []respCheck{
 				hasProblem(wantProblem(`Rate limit "default-1s" (10 per 1s) exceeded. Retry in 1 second.`, map[string]any{
-					"limit": "default-1s", "quota": float64(10), "window": float64(1), "retry_after": float64(1),
+					"limit": "default-1s", "violated-policies": []any{"default-1s"}, "quota": float64(10), "window": float64(1), "retry_after": float64(1),
 				})),
 				bodyLacks("10.1.2.3"), bodyLacks("timeout"), bodyLacks("secret"),
 			},
@@ -184,10 +195,11 @@ func TestProblemAllowedDecision(t *testing.T) {
 	pb := NewProblem(Result{Policy: MustParsePolicy("10/s"), Decision: Decision{Allowed: true, RetryAfter: time.Second}})
 	want := Problem{
 		Type: ProblemType, Title: "Too Many Requests", Status: 429,
-		Detail: `Rate limit "default-1s" (10 per 1s) exceeded.`,
-		Limit:  "default-1s", Quota: 10, Window: 1,
+		Detail:           `Rate limit "default-1s" (10 per 1s) exceeded.`,
+		ViolatedPolicies: []string{"default-1s"},
+		Limit:            "default-1s", Quota: 10, Window: 1,
 	}
-	if pb != want {
+	if !reflect.DeepEqual(pb, want) {
 		t.Errorf("NewProblem = %+v, want %+v", pb, want)
 	}
 }
@@ -266,6 +278,9 @@ func FuzzProblemJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, limit, detail string, quota, window, retry int64) {
 		pb := Problem{Type: ProblemType, Title: "Too Many Requests", Status: 429, Detail: detail,
 			Limit: limit, Quota: quota, Window: window, RetryAfter: retry}
+		if limit != "" {
+			pb.ViolatedPolicies = []string{limit, detail}
+		}
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(pb); err != nil {
 			t.Fatal(err)
