@@ -84,8 +84,8 @@ const (
 	// WithFailureMode(FailOpen) chooses it.
 	FailOpen FailureMode = iota
 	// FailClosed answers 503 Service Unavailable with "Retry-After: 1",
-	// "Cache-Control: no-store" and a short plain-text body that reveals
-	// nothing of the error. A request of cost 0 is served all the same.
+	// "Cache-Control: no-store" and a problem document of the type
+	// UnavailableProblemType that reveals nothing of the error. A request of cost 0 is served all the same.
 	// Allow and AllowN report the request denied, with a RetryAfter of one
 	// second. It is the default when no fallback store can decide (see
 	// WithFailureMode).
