@@ -61,10 +61,7 @@ func ExampleLimiter_Handler() {
 // their policies differ.
 func ExampleLimiter_Handler_chi() {
 	// Behind a load balancer at 10.0.0.0/8: believe its X-Forwarded-For.
-	ip, err := ratelimit.ByIP(ratelimit.TrustedProxies("10.0.0.0/8"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	ip := ratelimit.ByIP(ratelimit.TrustedProxies("10.0.0.0/8"))
 	st := store.NewMemory()
 	api, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m", ratelimit.Named("api")),
 		ratelimit.WithIdentifiers(ip))
@@ -155,10 +152,7 @@ func ExampleWithPolicyFunc() {
 		id := r.Header.Get("X-Demo-User")
 		return id, id != ""
 	})
-	ip, err := ratelimit.ByIP()
-	if err != nil {
-		log.Fatal(err)
-	}
+	ip := ratelimit.ByIP()
 	lim, err := ratelimit.New(store.NewMemory(), free,
 		ratelimit.WithIdentifiers(user, ip),
 		ratelimit.WithPolicyFunc(func(r *http.Request) *ratelimit.Policy {

@@ -86,7 +86,6 @@ func TestHandlerRouters(t *testing.T) {
 }
 
 func TestHandlerIdentifiers(t *testing.T) {
-	must := mustID(t)
 	user := ratelimit.ByUser(func(r *http.Request) (string, bool) {
 		u := r.Header.Get("X-Test-User")
 		return u, u != ""
@@ -100,13 +99,13 @@ func TestHandlerIdentifiers(t *testing.T) {
 		wantKeys []int // number of keys of each store call
 		want     []check
 	}{
-		{"IP and API key in one call", []ratelimit.Identifier{must(ratelimit.ByIP()), must(ratelimit.ByHeader("X-API-Key"))},
+		{"IP and API key in one call", []ratelimit.Identifier{ratelimit.ByIP(), ratelimit.ByHeader("X-API-Key")},
 			getFrom(ipA, "X-API-Key", "secret"), []int{2}, isAllowed},
-		{"no API key: IP only", []ratelimit.Identifier{must(ratelimit.ByIP()), must(ratelimit.ByHeader("X-API-Key"))},
+		{"no API key: IP only", []ratelimit.Identifier{ratelimit.ByIP(), ratelimit.ByHeader("X-API-Key")},
 			getFrom(ipA), []int{1}, isAllowed},
-		{"anonymous user skipped", []ratelimit.Identifier{user, must(ratelimit.ByIP())},
+		{"anonymous user skipped", []ratelimit.Identifier{user, ratelimit.ByIP()},
 			getFrom(ipA), []int{1}, isAllowed},
-		{"user and IP", []ratelimit.Identifier{user, must(ratelimit.ByIP())},
+		{"user and IP", []ratelimit.Identifier{user, ratelimit.ByIP()},
 			getFrom(ipA, "X-Test-User", "42"), []int{2}, isAllowed},
 		{"none applies: unlimited", []ratelimit.Identifier{user},
 			getFrom(ipA), nil, isUnlimited},
@@ -158,10 +157,9 @@ func TestHandlerIdentifiers(t *testing.T) {
 // TestHandlerIdentifiersShareOneCall pins that every key is limited: the
 // API key's budget is spent from two IPs, and then neither gets through.
 func TestHandlerIdentifiersShareOneCall(t *testing.T) {
-	must := mustID(t)
 	st, clk := memoryStore()
 	lim := newLimiter(t, st, ratelimit.MustParsePolicy("2/m"),
-		ratelimit.WithIdentifiers(must(ratelimit.ByIP()), must(ratelimit.ByHeader("X-API-Key"))))
+		ratelimit.WithIdentifiers(ratelimit.ByIP(), ratelimit.ByHeader("X-API-Key")))
 	runSteps(t, lim.Handler(okHandler), clk, []step{
 		{name: "key k from A", req: getFrom(ipA, "X-API-Key", "k"), want: isAllowed},
 		{name: "key k from B", req: getFrom(ipB, "X-API-Key", "k"), want: isAllowed},
@@ -415,8 +413,8 @@ func TestSkipAndFirstOf(t *testing.T) {
 	if _, err := ratelimit.ClientIn(nil, "10.0.0.0/33"); err == nil {
 		t.Fatal("ClientIn accepted a bad CIDR")
 	}
-	byKey, _ := ratelimit.ByHeader("X-API-Key")
-	byIP, _ := ratelimit.ByIP()
+	byKey := ratelimit.ByHeader("X-API-Key")
+	byIP := ratelimit.ByIP()
 	lim := newLimiter(t, store.NewMemory(), ratelimit.MustParsePolicy("1/h"),
 		ratelimit.WithIdentifiers(ratelimit.FirstOf(byKey, byIP)), ratelimit.WithSkip(internal))
 	h := lim.Handler(okHandler)

@@ -418,14 +418,11 @@ const (
 	ipB = "198.51.100.9:5000"
 )
 
-func mustID(t testing.TB) func(ratelimit.Identifier, error) ratelimit.Identifier {
-	return func(id ratelimit.Identifier, err error) ratelimit.Identifier {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+// identifierErr returns the error New reports for a Limiter limiting by id
+// (a mistake ByIP's or ByHeader's arguments made), or nil.
+func identifierErr(id ratelimit.Identifier) error {
+	_, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("1/s"), ratelimit.WithIdentifiers(id))
+	return err
 }
 
 // returnsWithin runs f and fails the test if it has not returned after a

@@ -37,11 +37,12 @@ func (f IdentifierFunc) Identify(r *http.Request) (string, bool) { return f(r) }
 // get fresh buckets. Pair it with ByIP, or, once keys are verified by an
 // authentication middleware that runs first, use ByUser instead.
 //
-// ByHeader reports an error, starting "ratelimit: ", if name is not a
-// valid header name (an RFC 9110 token).
-func ByHeader(name string) (Identifier, error) {
+// A name that is not a valid header name (an RFC 9110 token) makes New and
+// WithIdentifiers fail with an error starting "ratelimit: "; the
+// identifier itself, used anyway, never applies.
+func ByHeader(name string) Identifier {
 	if err := validHeaderName(name); err != nil {
-		return nil, fmt.Errorf("ratelimit: ByHeader: header name %q: %w", name, err)
+		return &badIdentifier{fmt.Errorf("ratelimit: ByHeader: header name %q: %w", name, err)}
 	}
 	canonical := textproto.CanonicalMIMEHeaderKey(name)
 	return IdentifierFunc(func(r *http.Request) (string, bool) {
@@ -61,7 +62,33 @@ func ByHeader(name string) (Identifier, error) {
 		copy(buf[:], "key:")
 		hex.Encode(buf[len("key:"):], sum[:16])
 		return string(buf[:]), true
-	}), nil
+	})
+}
+
+// badIdentifier is an identifier built from a mistake: it never applies,
+// and New refuses it with the mistake.
+type badIdentifier struct{ err error }
+
+func (b *badIdentifier) Identify(*http.Request) (string, bool) { return "", false }
+func (b *badIdentifier) configErr() error                      { return b.err }
+
+// misconfigured is an identifier that knows it was built from a mistake.
+type misconfigured interface{ configErr() error }
+
+// identifierErr returns the mistake an identifier (or one FirstOf combines)
+// was built from, or nil.
+func identifierErr(id Identifier) error {
+	switch v := id.(type) {
+	case misconfigured:
+		return v.configErr()
+	case *firstOf:
+		for _, m := range v.ids {
+			if err := identifierErr(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // ByUser returns an Identifier that limits by the user fn finds on the
@@ -99,15 +126,19 @@ func FirstOf(ids ...Identifier) Identifier {
 			panic(fmt.Sprintf("ratelimit: FirstOf: identifier %d is nil", i))
 		}
 	}
-	ids = append([]Identifier(nil), ids...)
-	return IdentifierFunc(func(r *http.Request) (string, bool) {
-		for _, id := range ids {
-			if k, ok := id.Identify(r); ok && k != "" {
-				return k, true
-			}
+	return &firstOf{ids: append([]Identifier(nil), ids...)}
+}
+
+// firstOf is FirstOf's identifier.
+type firstOf struct{ ids []Identifier }
+
+func (f *firstOf) Identify(r *http.Request) (string, bool) {
+	for _, id := range f.ids {
+		if k, ok := id.Identify(r); ok && k != "" {
+			return k, true
 		}
-		return "", false
-	})
+	}
+	return "", false
 }
 
 // validHeaderName reports why name cannot be a header field name, or nil.

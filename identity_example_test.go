@@ -13,13 +13,10 @@ import (
 // ExampleByIP limits clients by address behind a load balancer in
 // 10.0.0.0/8 that appends to X-Forwarded-For.
 func ExampleByIP() {
-	id, err := ratelimit.ByIP(
+	id := ratelimit.ByIP(
 		ratelimit.TrustedProxies("10.0.0.0/8"),
 		ratelimit.IPv6Prefix(56),
 	)
-	if err != nil {
-		panic(err)
-	}
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "10.0.0.1:443"
 	r.Header.Set("X-Forwarded-For", "192.0.2.99, 2001:db8:1:2a::7")
@@ -35,10 +32,7 @@ func ExampleByIP() {
 
 // ExampleByHeader limits by API key without storing the key itself.
 func ExampleByHeader() {
-	id, err := ratelimit.ByHeader("X-API-Key")
-	if err != nil {
-		panic(err)
-	}
+	id := ratelimit.ByHeader("X-API-Key")
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Header.Set("X-API-Key", "secret")
 	fmt.Println(id.Identify(r))
@@ -54,8 +48,8 @@ func ExampleByHeader() {
 // Limit by API key when there is one, else by IP: key holders get their own
 // budget instead of sharing their IP's.
 func ExampleFirstOf() {
-	byKey, _ := ratelimit.ByHeader("X-API-Key")
-	byIP, _ := ratelimit.ByIP()
+	byKey := ratelimit.ByHeader("X-API-Key")
+	byIP := ratelimit.ByIP()
 	lim, err := ratelimit.New(store.NewMemory(), ratelimit.MustParsePolicy("1/h"),
 		ratelimit.WithIdentifiers(ratelimit.FirstOf(byKey, byIP)))
 	if err != nil {

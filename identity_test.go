@@ -22,10 +22,7 @@ func apiKeyDigest(v string) string {
 }
 
 func TestByHeader(t *testing.T) {
-	id, err := ratelimit.ByHeader("x-api-key")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := ratelimit.ByHeader("x-api-key")
 	const secret = "sk_live_0123456789abcdef"
 	tests := []struct {
 		name   string
@@ -76,17 +73,21 @@ func TestByHeader(t *testing.T) {
 	}
 
 	for _, name := range []string{"", "X API Key", "X-API-Key:", "X-API-Kéy", "X-API-Key\r\n", "(key)"} {
-		id, err := ratelimit.ByHeader(name)
-		if err == nil || id != nil {
-			t.Errorf("ByHeader(%q) = %v, %v; want an error", name, id, err)
+		id := ratelimit.ByHeader(name)
+		err := identifierErr(id)
+		if err == nil {
+			t.Errorf("ByHeader(%q): New accepted it, want an error", name)
 			continue
 		}
 		if msg := err.Error(); !strings.HasPrefix(msg, "ratelimit: ") || !strings.Contains(msg, strconv.Quote(name)) {
 			t.Errorf("ByHeader(%q): error %q must start with ratelimit: and name the header", name, msg)
 		}
+		if key, ok := id.Identify(getFrom("192.0.2.1:1", name, "v")); ok || key != "" {
+			t.Errorf("ByHeader(%q).Identify = %q, %v; want not applicable", name, key, ok)
+		}
 	}
 	for _, name := range []string{"X-API-Key", "apikey", "X_Api_Key", "!#$%&'*+-.^_`|~09AZaz"} {
-		if _, err := ratelimit.ByHeader(name); err != nil {
+		if err := identifierErr(ratelimit.ByHeader(name)); err != nil {
 			t.Errorf("ByHeader(%q): %v", name, err)
 		}
 	}
@@ -122,10 +123,7 @@ func TestByUser(t *testing.T) {
 // Identifiers are shared by all requests; -race checks they keep no state.
 func TestIdentifiersConcurrent(t *testing.T) {
 	byIP := mustByIP(t, testTrusted, ratelimit.ClientIPHeader("Forwarded"))
-	byKey, err := ratelimit.ByHeader("X-API-Key")
-	if err != nil {
-		t.Fatal(err)
-	}
+	byKey := ratelimit.ByHeader("X-API-Key")
 	ids := []ratelimit.Identifier{byIP, byKey}
 	want := []string{"ip:2001:db8:cafe::/64", apiKeyDigest("k")}
 	const workers = 8

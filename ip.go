@@ -83,6 +83,7 @@ func IPv4Prefix(bits int) IPOption { return func(c *ipConfig) { c.v4Bits = bits 
 // uses RemoteAddr only, with the default prefixes. An IPIdentifier is
 // immutable and safe for concurrent use.
 type IPIdentifier struct {
+	err     error // the options' mistake: New refuses the identifier
 	trusted []netip.Prefix
 	header  string // canonical header name
 	mode    ipHeaderMode
@@ -130,12 +131,22 @@ const (
 // IP address), the key is UnknownIPKey: every such request shares one
 // bucket.
 //
-// ByIP reports an error, starting "ratelimit: " and naming the bad value,
-// for a trusted proxy that is not a CIDR prefix or IP address, a prefix
-// length out of range, an invalid header name, or ClientIPHeader without
-// TrustedProxies. To limit authenticated callers, use ByUser or ByHeader
-// instead, or alongside.
-func ByIP(opts ...IPOption) (Identifier, error) {
+// A mistake in the options (a trusted proxy that is not a CIDR prefix or
+// IP address, a prefix length out of range, an invalid header name, or
+// ClientIPHeader without TrustedProxies) makes New and WithIdentifiers
+// fail with an error starting "ratelimit: " and naming the bad value; the
+// identifier itself, used anyway, gives every request UnknownIPKey (one
+// shared limit, never none). To limit authenticated callers, use ByUser or
+// ByHeader instead, or alongside.
+func ByIP(opts ...IPOption) Identifier {
+	id, err := byIP(opts)
+	if err != nil {
+		return &IPIdentifier{err: err}
+	}
+	return id
+}
+
+func byIP(opts []IPOption) (*IPIdentifier, error) {
 	c := ipConfig{header: "X-Forwarded-For", v4Bits: 32, v6Bits: 64}
 	for _, o := range opts {
 		if o != nil {
@@ -202,6 +213,9 @@ func parseTrustedProxy(s string) (netip.Prefix, error) {
 // Identify returns the key of the request's client address, grouped by
 // the configured prefix, or UnknownIPKey. ok is always true.
 func (id *IPIdentifier) Identify(r *http.Request) (key string, ok bool) {
+	if id != nil && id.err != nil {
+		return UnknownIPKey, true
+	}
 	a, ok := id.ClientIP(r)
 	if !ok {
 		return UnknownIPKey, true
@@ -337,11 +351,10 @@ func ClientIn(ip *IPIdentifier, cidrs ...string) (func(*http.Request) bool, erro
 		prefixes = append(prefixes, p)
 	}
 	if ip == nil {
-		peer, err := ByIP()
-		if err != nil {
-			return nil, fmt.Errorf("ratelimit: ClientIn: %w", err)
-		}
-		ip = peer.(*IPIdentifier)
+		ip = ByIP().(*IPIdentifier) // no options: no mistake
+	}
+	if err := ip.configErr(); err != nil {
+		return nil, fmt.Errorf("ratelimit: ClientIn: %w", err)
 	}
 	return func(r *http.Request) bool {
 		a, ok := ip.ClientIP(r)
@@ -486,4 +499,12 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// configErr is the mistake in the options ByIP was given, or nil.
+func (id *IPIdentifier) configErr() error {
+	if id == nil {
+		return nil
+	}
+	return id.err
 }

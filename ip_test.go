@@ -32,8 +32,8 @@ func fwdLine(v string) headerLine { return headerLine{"Forwarded", v} }
 // mustByIP builds a ByIP identifier or fails the test.
 func mustByIP(t testing.TB, opts ...ratelimit.IPOption) ratelimit.Identifier {
 	t.Helper()
-	id, err := ratelimit.ByIP(opts...)
-	if err != nil {
+	id := ratelimit.ByIP(opts...)
+	if err := identifierErr(id); err != nil {
 		t.Fatalf("ByIP: %v", err)
 	}
 	return id
@@ -397,17 +397,21 @@ func TestByIPOptions(t *testing.T) {
 		{[]ratelimit.IPOption{testTrusted, ratelimit.ClientIPHeader("X-Réal-IP")}, `"X-Réal-IP"`},
 		{[]ratelimit.IPOption{ratelimit.ClientIPHeader("X-Real-IP")}, `"X-Real-IP"`},
 	}
-	for _, tt := range bad {
-		id, err := ratelimit.ByIP(tt.opts...)
-		if err == nil {
-			t.Errorf("want error naming %s, got none", tt.want)
-			continue
+	for i, tt := range bad {
+		id := ratelimit.ByIP(tt.opts...)
+		for _, via := range []ratelimit.Identifier{id, ratelimit.FirstOf(ratelimit.ByUser(nil), id)} {
+			err := identifierErr(via)
+			if err == nil {
+				t.Errorf("step %d: New accepted it, want an error naming %s", i, tt.want)
+				continue
+			}
+			if msg := err.Error(); !strings.HasPrefix(msg, "ratelimit: ") || !strings.Contains(msg, tt.want) {
+				t.Errorf("step %d: error %q: want prefix %q naming %s", i, msg, "ratelimit: ", tt.want)
+			}
 		}
-		if id != nil {
-			t.Errorf("error %q: identifier %v, want nil", err, id)
-		}
-		if msg := err.Error(); !strings.HasPrefix(msg, "ratelimit: ") || !strings.Contains(msg, tt.want) {
-			t.Errorf("error %q: want prefix %q naming %s", msg, "ratelimit: ", tt.want)
+		// Used anyway, it limits every request as one.
+		if key, ok := id.Identify(getFrom("192.0.2.1:1234")); !ok || key != ratelimit.UnknownIPKey {
+			t.Errorf("step %d: Identify = %q, %v; want %q, true", i, key, ok, ratelimit.UnknownIPKey)
 		}
 	}
 
@@ -422,7 +426,7 @@ func TestByIPOptions(t *testing.T) {
 		{ratelimit.IPv6Prefix(1), ratelimit.IPv6Prefix(128), ratelimit.IPv4Prefix(1), ratelimit.IPv4Prefix(32)},
 	}
 	for i, opts := range good {
-		if _, err := ratelimit.ByIP(opts...); err != nil {
+		if err := identifierErr(ratelimit.ByIP(opts...)); err != nil {
 			t.Errorf("good options %d: %v", i, err)
 		}
 	}
@@ -431,7 +435,7 @@ func TestByIPOptions(t *testing.T) {
 	cidrs := []string{"10.0.0.0/8"}
 	opt := ratelimit.TrustedProxies(cidrs...)
 	cidrs[0] = "bad"
-	if _, err := ratelimit.ByIP(opt); err != nil {
+	if err := identifierErr(ratelimit.ByIP(opt)); err != nil {
 		t.Errorf("TrustedProxies kept the caller's slice: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/internal/breaker"
@@ -112,8 +113,8 @@ func (c *config) init(store Store, policy *Policy, opts []Option) error {
 		return err
 	}
 	if c.ids == nil {
-		id, err := ByIP()
-		if err != nil {
+		id := ByIP()
+		if err := identifierErr(id); err != nil {
 			return fmt.Errorf("ratelimit: default identifier: %w", err)
 		}
 		c.ids = []Identifier{id}
@@ -154,6 +155,10 @@ func WithIdentifiers(ids ...Identifier) Option {
 		for i, id := range ids {
 			if id == nil || isNilFunc(id) {
 				c.fail("WithIdentifiers: identifier %d is nil", i)
+				return
+			}
+			if err := identifierErr(id); err != nil {
+				c.fail("WithIdentifiers: identifier %d: %s", i, strings.TrimPrefix(err.Error(), "ratelimit: "))
 				return
 			}
 		}

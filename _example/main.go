@@ -102,14 +102,8 @@ func run() error {
 // /metrics); POST /login checks passwords with checkPassword. The tests
 // build their server with it too.
 func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func(user, password string) bool) (http.Handler, error) {
-	byIP, err := ratelimit.ByIP() // RemoteAddr; add ratelimit.TrustedProxies(...) behind a proxy
-	if err != nil {
-		return nil, err
-	}
-	byKey, err := ratelimit.ByHeader("X-API-Key")
-	if err != nil {
-		return nil, err
-	}
+	byIP := ratelimit.ByIP() // RemoteAddr; add ratelimit.TrustedProxies(...) behind a proxy
+	byKey := ratelimit.ByHeader("X-API-Key")
 	fallback := ratelimit.WithFallback(fallbackStore)
 	// Every limiter reports to one observer, served on /metrics.
 	observe := ratelimit.WithObserver(m)

@@ -478,10 +478,7 @@ func limiterInstance(e *env, st ratelimit.Store, pol *ratelimit.Policy) (*instan
 		ratelimit.WithTimeout(handlerTimeout),
 	}
 	if e.sc.twoIDs {
-		byIP, err := ratelimit.ByIP()
-		if err != nil {
-			return nil, err
-		}
+		byIP := ratelimit.ByIP()
 		byUser := ratelimit.ByUser(func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), true })
 		opts = append(opts, ratelimit.WithIdentifiers(byIP, byUser))
 	}

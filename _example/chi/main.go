@@ -37,14 +37,8 @@ func main() {
 		log.Printf("counters in %v", info)
 	}
 
-	byIP, err := ratelimit.ByIP() // RemoteAddr (see "Behind a proxy")
-	if err != nil {
-		log.Fatal(err)
-	}
-	byKey, err := ratelimit.ByHeader("X-API-Key") // hashed; skipped when absent
-	if err != nil {
-		log.Fatal(err)
-	}
+	byIP := ratelimit.ByIP()                 // RemoteAddr (see "Behind a proxy")
+	byKey := ratelimit.ByHeader("X-API-Key") // hashed; skipped when absent
 	lim, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("api")),
 		ratelimit.WithFallback(store.NewMemory()), // keep limiting per server if Redis fails
 		ratelimit.WithIdentifiers(byIP, byKey))

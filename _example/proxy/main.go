@@ -6,20 +6,16 @@ package main
 
 import (
 	"fmt"
-	"log"
 	"net/http/httptest"
 
 	"github.com/ratelimitkit/ratelimit"
 )
 
 func main() {
-	byIP, err := ratelimit.ByIP(
+	byIP := ratelimit.ByIP(
 		ratelimit.TrustedProxies("10.0.0.0/8", "fd00::/8"), // your balancers, CIDRs or IPs
 		ratelimit.ClientIPHeader("X-Forwarded-For"),        // default; or "Forwarded", "X-Real-IP", ...
 	)
-	if err != nil {
-		log.Fatal(err)
-	}
 	ip := byIP.(*ratelimit.IPIdentifier) // for ClientIP: the address it resolved
 
 	for _, c := range []struct{ peer, xff, what string }{

@@ -70,11 +70,7 @@ func newLimiterHandler(addr, prefix string, policy *ratelimit.Policy, timeout ti
 		rdb.Close()
 		return nil, nil, err
 	}
-	byKey, err := ratelimit.ByHeader("X-API-Key")
-	if err != nil {
-		rdb.Close()
-		return nil, nil, err
-	}
+	byKey := ratelimit.ByHeader("X-API-Key")
 	opts := []ratelimit.Option{
 		ratelimit.WithIdentifiers(byKey),
 		// FailOpen, so that a request Redis did not answer in time shows
