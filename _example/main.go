@@ -142,7 +142,11 @@ func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func
 		// pagesParam runs first: a bad request is answered 400 and costs nothing.
 		r.With(pagesParam, search.Handler).Get("/search", func(w http.ResponseWriter, r *http.Request) {
 			res, _ := ratelimit.FromContext(r.Context())
-			fmt.Fprintf(w, "searched %d pages; %d left this minute\n", res.Cost, res.Decision.Remaining)
+			unit := "pages"
+			if res.Cost == 1 {
+				unit = "page"
+			}
+			fmt.Fprintf(w, "searched %d %s; %d left this minute\n", res.Cost, unit, res.Decision.Remaining)
 		})
 	})
 	return r, nil
