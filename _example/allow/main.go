@@ -25,7 +25,7 @@ func main() {
 		d, err := lim.AllowN(ctx, rows, "tenant:acme") // cost = rows; Allow(ctx, keys...) costs 1
 		if err != nil {
 			// Bad arguments, or no store could decide: then d is the
-			// failure mode's answer (FailOpen allows).
+			// failure mode's answer (FailClosed, the default, denies).
 			log.Printf("limiter: %v", err)
 		}
 		if !d.Allowed { // a denial charges nothing

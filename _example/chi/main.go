@@ -39,8 +39,9 @@ func main() {
 
 	byIP := ratelimit.ByIP()                 // RemoteAddr (see "Behind a proxy")
 	byKey := ratelimit.ByHeader("X-API-Key") // hashed; skipped when absent
+	// If Redis fails, the Redis store's per-process memory store decides:
+	// each server keeps limiting on its own until Redis answers again.
 	lim, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("api")),
-		ratelimit.WithFallback(store.NewMemory()), // keep limiting per server if Redis fails
 		ratelimit.WithIdentifiers(byIP, byKey))
 	if err != nil {
 		log.Fatal(err)
