@@ -21,7 +21,10 @@ import (
 func main() {
 	client := redis.NewClient(&redis.Options{
 		Addr:                  "127.0.0.1:6379",
-		ContextTimeoutEnabled: true, // let the limiter's timeout reach the socket
+		ContextTimeoutEnabled: true,             // let the limiter's timeout reach the socket
+		DialerRetries:         1,                // while Redis is down, fail fast: one dial per new connection,
+		DialerRetryTimeout:    time.Millisecond, // no pause after a failed dial,
+		MaxRetries:            -1,               // and no command retries within the timeout
 	})
 	st, err := store.NewRedis(client)
 	if err != nil {

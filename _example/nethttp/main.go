@@ -24,7 +24,7 @@ func main() {
 	mux.Handle("GET /hello", lim.Handler(http.HandlerFunc(hello))) // limited
 	mux.HandleFunc("GET /healthz", health)                         // not limited
 	// lim.Handler(mux) would limit every request instead, the mux's 404
-	// and 405 answers included (see "Scope the limiter to your routes").
+	// and 405 answers included (see the README's "Quick start").
 	log.Fatal(http.ListenAndServe(":8080", mux))
 }
 
