@@ -11,7 +11,8 @@
 // left out of its traces.
 //
 // How many random traces each check replays per algorithm: Harness.Traces,
-// else the environment variable RATELIMIT_TRACES, else a number that keeps
-// a run on the memory store well under a minute (100); the module's CI
-// runs 1,000.
+// else the environment variable RATELIMIT_TRACES, else 100 when
+// RATELIMIT_FULL=1 (the module's CI sets it) and 10 without it, a quick
+// run that still meets every kind of step. The scenarios' own rounds
+// shrink alike without RATELIMIT_FULL=1.
 package storetest

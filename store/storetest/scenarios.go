@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/testmode"
 )
 
 // scenario is one named check of a store.
@@ -284,12 +285,13 @@ func refundHeavy(t *testing.T, h Harness) {
 	}
 }
 
-// refundRaces: goroutines mix charges and refunds (of their own charges,
-// and of others') on one key, round after round, the clock moving between
+// refundRaces: goroutines (64; 16 without RATELIMIT_FULL=1; 8 when
+// h.Sequential) mix charges and refunds (of their own charges, and of
+// others') on one key, round after round, the clock moving between
 // rounds: what remains charged must keep every guarantee, checked by
 // brute force over every window.
 func refundRaces(t *testing.T, h Harness) {
-	goroutines := 64
+	goroutines := testmode.Scale(64, 16)
 	if h.Sequential {
 		goroutines = 8
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/testmode"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -36,7 +37,8 @@ type Harness struct {
 	// time.
 	OneKey bool
 	// Traces is how many random traces a check replays per algorithm; 0
-	// means RATELIMIT_TRACES, else 100.
+	// means RATELIMIT_TRACES, else fullTraces with RATELIMIT_FULL=1 and
+	// quickTraces without.
 	Traces int
 	// Sequential keeps the suite's own goroutines to one: for stores that
 	// are slow under contention (a scripted Redis under the race
@@ -51,6 +53,15 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Scenarios", func(t *testing.T) { Scenarios(t, h) })
 }
 
+// fullTraces and quickTraces are how many random traces a check replays
+// per algorithm by default: with RATELIMIT_FULL=1 (as the module's CI
+// runs), and without it (a plain go test ./..., the memory store's checks
+// in about a second and the Redis stores' in several).
+const (
+	fullTraces  = 100
+	quickTraces = 10
+)
+
 // traces returns how many random traces to replay per algorithm.
 func (h Harness) traces(t *testing.T) int {
 	if h.Traces > 0 {
@@ -63,7 +74,7 @@ func (h Harness) traces(t *testing.T) int {
 		}
 		return n
 	}
-	return 100
+	return testmode.Scale(fullTraces, quickTraces)
 }
 
 // store returns a new store of h on clk, with the clock moves forwarded
