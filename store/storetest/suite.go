@@ -37,8 +37,8 @@ type Harness struct {
 	// time.
 	OneKey bool
 	// Traces is how many random traces a check replays per algorithm; 0
-	// means RATELIMIT_TRACES, else fullTraces with RATELIMIT_FULL=1 and
-	// quickTraces without.
+	// means RATELIMIT_TRACES, else 100 with RATELIMIT_FULL=1 and 10
+	// without.
 	Traces int
 	// Sequential keeps the suite's own goroutines to one: for stores that
 	// are slow under contention (a scripted Redis under the race
