@@ -73,6 +73,15 @@ func serverBinary(t testing.TB) string {
 	return ""
 }
 
+// Need ends the test as StartServer would when redis-server is not in
+// PATH (a skip, or a failure if Require()), and does nothing otherwise:
+// for a test that decides whether to run (say, testmode.SkipUnlessFull)
+// before it starts a server, so that a missing server is the reason given.
+func Need(t testing.TB) {
+	t.Helper()
+	serverBinary(t)
+}
+
 // Server is one redis-server process started by StartServer.
 // Its methods are safe for concurrent use.
 type Server struct {

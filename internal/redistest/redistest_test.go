@@ -108,7 +108,12 @@ func pingEventually(ctx context.Context, c *redis.Client) error {
 	return err
 }
 
+// The cluster and Sentinel tests call t.Parallel: they spend most of
+// their time waiting (a cluster serves only about 2s after its masters
+// start; a failover waits for the sentinels to agree), time the others use.
+
 func TestClusterReal(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const masters = 3
@@ -243,6 +248,7 @@ func victimFailed(nodes, addr string) bool {
 }
 
 func TestClusterRealOneMaster(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := StartCluster(t, 1)

@@ -64,7 +64,9 @@ type Sentinel struct {
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	bin := serverBinary(t)
-	master := startNode(t, bin, false, nil)
+	// The master sends its first sync to the replica at once, rather than
+	// after the default 5s that waits for more replicas to join it.
+	master := startNode(t, bin, false, []string{"--repl-diskless-sync-delay", "0"})
 	mhost, mport, _ := net.SplitHostPort(master.Addr)
 	replica := startNode(t, bin, false, []string{"--replicaof", mhost, mport})
 

@@ -7,6 +7,7 @@ import (
 )
 
 func TestSentinelReal(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s := StartSentinel(t)
