@@ -3,5 +3,5 @@
 package memory
 
 // raceDetector reports whether the tests run under -race, where memory
-// operations cost several times more: flood tests shrink to fit their time.
+// operations cost several times more: flood tests send fewer identities.
 const raceDetector = false
