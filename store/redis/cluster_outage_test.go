@@ -39,6 +39,7 @@ func keyOn(cl *redistest.Cluster, p *ratelimit.Policy, format string, master int
 // its IP's master cannot answer: a known denial never turns into a store
 // error that a fail-open Limiter would let through.
 func TestClusterDeadMasterDenialStands(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	st, err := New(honoringClient(t, cl))
 	if err != nil {
@@ -83,6 +84,7 @@ func (h stallRefunds) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 // TestClusterStalledRefund: when the refund round trip stalls, the request
 // is still denied (refunds are best effort, off the request's path).
 func TestClusterStalledRefund(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	client := honoringClient(t, cl)
 	client.AddHook(stallRefunds{})
@@ -109,6 +111,7 @@ func TestClusterStalledRefund(t *testing.T) {
 // on the live masters keep being answered, with or without WithBatching
 // (which a Cluster store ignores: a batch would wait for the dead node).
 func TestClusterBatchedPartialOutage(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	client := honoringClient(t, cl)
 	p := ratelimit.MustParsePolicy("1000000/h", ratelimit.Named("po"))

@@ -15,10 +15,17 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/redistest"
 )
 
+// The tests here that start a real Redis Cluster, those of
+// cluster_outage_test.go and nodecircuit_test.go, and the Cluster and
+// Sentinel conformance runs call t.Parallel: a new cluster serves only
+// about 2s after its masters start (a master holds its writes that long),
+// a Sentinel topology about 2s after its sentinels do, time the others use.
+
 // TestClusterDeniedRefunds: on a real 3-master Redis Cluster, identities in
 // different slots are checked in one pipeline, and a request denied by one
 // is refunded on the others.
 func TestClusterDeniedRefunds(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	client := cl.Client(t)
 	s, err := New(client)
@@ -171,6 +178,7 @@ func (h gateRefunds) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 // still counted (nothing by then), not the later charge. The scripts run on
 // the test's clock, so the timing is exact.
 func TestClusterLateTokenRefund(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	client := honoringClient(t, cl)
 	gate := gateRefunds{open: make(chan struct{})}
@@ -205,6 +213,7 @@ func TestClusterLateTokenRefund(t *testing.T) {
 // b (on a master frozen for 300ms, so its answer comes last) with nearly an
 // hour's: the request must report b's.
 func TestClusterRetryAfterLongest(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	var clk clock
 	st, err := New(honoringClient(t, cl), WithClock(clk.Now))
@@ -245,6 +254,7 @@ func TestClusterRetryAfterLongest(t *testing.T) {
 // masters is the smallest of their grants (the excess is refunded), and a
 // Reset forgets keys on several masters in one round trip.
 func TestClusterUpToAndReset(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	st, err := New(honoringClient(t, cl))
 	if err != nil {
@@ -279,6 +289,7 @@ func TestClusterUpToAndReset(t *testing.T) {
 // request whatever another key's request-ID record says, and a grant of
 // nothing on one master starts that key's block.
 func TestClusterBlockAcrossMasters(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	var clk clock
 	st, err := New(honoringClient(t, cl), WithClock(clk.Now))

@@ -80,6 +80,7 @@ func TestRealConformance(t *testing.T) {
 // charged per master and refunded when denied, by design not step for
 // step the memory store's: the Cluster tests pin them.)
 func TestClusterConformance(t *testing.T) {
+	t.Parallel()
 	o := redistest.StartCluster(t, 3).Client(t).Options()
 	o.MaxRetries, o.ReadTimeout, o.WriteTimeout = -1, time.Minute, time.Minute
 	c := goredis.NewClusterClient(o)
@@ -114,6 +115,7 @@ func vary(s *Store, n *int) {
 // Sentinel (a master, a replica and three sentinels on loopback), through
 // go-redis's failover client, the scripts reading the suite's clock.
 func TestSentinelConformance(t *testing.T) {
+	t.Parallel()
 	o := redistest.StartSentinel(t).FailoverOptions()
 	o.MaxRetries, o.ReadTimeout, o.WriteTimeout = -1, time.Minute, time.Minute
 	c := goredis.NewFailoverClient(o)

@@ -143,6 +143,7 @@ func TestNodeOutcome(t *testing.T) {
 // limited as usual; once it answers again, the probe after the cooldown
 // closes the circuit. Time for the circuit is a controlled clock.
 func TestClusterNodeCircuit(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	var clk clock
 	clk.Set(t0)

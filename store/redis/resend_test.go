@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/faultproxy"
 	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testmode"
 )
 
 // TestRealResendChargedOnce: Redis runs a Take, then the connection breaks
@@ -24,6 +25,7 @@ import (
 // and charges nothing: the request counts once. Without resend IDs the
 // same fault counts it twice, which is what the test would catch.
 func TestRealResendChargedOnce(t *testing.T) {
+	t.Parallel() // most of its time waits on the proxy's latency
 	srv := redistest.StartServer(t)
 	direct := srv.Client(t)
 	ctx := context.Background()
@@ -72,8 +74,9 @@ func TestRealResendChargedOnce(t *testing.T) {
 
 // TestRealResendIDCost measures what the resend IDs cost Redis: memory per
 // key (the field of the last four IDs) and CPU per call (commandstats,
-// with and without IDs, alternating rounds). It logs the figures; it
-// asserts only the memory bound, since timings here are noisy.
+// with and without IDs, alternating rounds: 6 of 2,000 calls each, 2 of
+// 250 without RATELIMIT_FULL=1). It logs the figures; it asserts only the
+// memory bound, since timings here are noisy.
 func TestRealResendIDCost(t *testing.T) {
 	srv := redistest.StartServer(t)
 	client := srv.Client(t)
@@ -93,10 +96,11 @@ func TestRealResendIDCost(t *testing.T) {
 	}
 	var usec [2]float64
 	var calls [2]int64
-	for round := 0; round < 6; round++ {
+	rounds, perRound := testmode.Scale(6, 2), testmode.Scale(2000, 250)
+	for round := 0; round < rounds; round++ {
 		for i, s := range []*Store{with, without} {
 			client.ConfigResetStat(ctx)
-			for n := 0; n < 2000; n++ {
+			for n := 0; n < perRound; n++ {
 				mustTake(t, s, p, 1, "ip:203.0.113."+string(rune('0'+n%10)))
 			}
 			st := commandStatsFull(t, client)["evalsha"]
