@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testmode"
 	"github.com/ratelimitkit/ratelimit/store"
 )
 
@@ -165,9 +166,17 @@ type senClientStats struct {
 	mayHaveRun int64 // requests that failed after their command may have reached the old master
 }
 
+// TestSentinelRealFailover runs the failover once per failure mode. Each
+// run takes a topology of its own and seconds of real time, so without
+// RATELIMIT_FULL=1 only memory-fallback runs (fail-open and fail-closed
+// answer an outage as TestRealRedisDiesUnderLoad checks).
 func TestSentinelRealFailover(t *testing.T) {
 	for _, mode := range senModes() {
 		t.Run(mode.name, func(t *testing.T) {
+			if mode.name != "memory-fallback" {
+				redistest.Need(t)
+				testmode.SkipUnlessFull(t)
+			}
 			senFailover(t, mode)
 		})
 	}
