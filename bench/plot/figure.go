@@ -206,7 +206,7 @@ func counterForm(p *ratelimit.Policy) string {
 	for i := range p.NumLimits() {
 		l := p.Limit(i)
 		spec := limitSpec(l)
-		if p.Counter(i) == ratelimit.CounterLog {
+		if l.Precision == 0 { // Limits report Precision 0 for an exact log
 			exact = append(exact, spec)
 		} else {
 			buckets = append(buckets, spec)

@@ -24,11 +24,14 @@ type scenario struct {
 	CompareLabel string
 }
 
-// algorithms lists every algorithm, in the order the README shows them.
-var algorithms = []struct {
+// algorithm is one algorithm of the figures and its label.
+type algorithm struct {
 	alg   ratelimit.Algorithm
 	label string
-}{
+}
+
+// algorithms lists every algorithm, in the order the README shows them.
+var algorithms = []algorithm{
 	{ratelimit.SlidingWindow, "Sliding window (default)"},
 	{ratelimit.FixedWindow, "Fixed window"},
 	{ratelimit.TokenBucket, "Token bucket (GCRA)"},
@@ -38,8 +41,24 @@ var algorithms = []struct {
 
 var slidingLog = ratelimit.SlidingLog
 
-// multiLimit is the three-limit policy the README uses throughout.
-const multiLimit = "10/s, 120/m, 240/h"
+// drawnRate is the per-second rate of the figures: 10, the README's, for
+// every algorithm that New accepts at that rate; MinApproxRate for the
+// approximation, which New refuses below it.
+const drawnRate = 10
+
+// rate is the per-second rate the algorithm's figures are drawn at.
+func (a algorithm) rate() int64 {
+	if a.alg == ratelimit.SlidingWindowApprox {
+		return ratelimit.MinApproxRate
+	}
+	return drawnRate
+}
+
+// multiLimitAt is the three-limit policy the README uses throughout,
+// "10/s, 120/m, 240/h", scaled to rate per second.
+func multiLimitAt(rate int64) string {
+	return fmt.Sprintf("%d/s, %d/m, %d/h", rate, 12*rate, 24*rate)
+}
 
 // scenarios returns every figure of the algorithm kind: per algorithm, the
 // policy "10/s" over three seconds and the three-limit policy over 150
@@ -49,9 +68,10 @@ const multiLimit = "10/s, 120/m, 240/h"
 func scenarios() []scenario {
 	var out []scenario
 	for _, a := range algorithms {
+		rate := a.rate()
 		out = append(out, scenario{
-			File: a.alg.String(), Label: a.label, Spec: "10/s", Alg: a.alg,
-			Traffic: standardTraffic(10, time.Second, 3*time.Second),
+			File: a.alg.String(), Label: a.label, Spec: fmt.Sprintf("%d/s", rate), Alg: a.alg,
+			Traffic: standardTraffic(rate, time.Second, 3*time.Second),
 			Bin:     100 * time.Millisecond,
 		})
 	}
@@ -64,9 +84,10 @@ func scenarios() []scenario {
 		CompareLabel: "exact log (SlidingLog), same traffic",
 	})
 	for _, a := range algorithms {
+		rate := a.rate()
 		out = append(out, scenario{
-			File: a.alg.String() + "-3-limits", Label: a.label, Spec: multiLimit, Alg: a.alg,
-			Traffic: standardTraffic(10, time.Second, 150*time.Second),
+			File: a.alg.String() + "-3-limits", Label: a.label, Spec: multiLimitAt(rate), Alg: a.alg,
+			Traffic: standardTraffic(rate, time.Second, 150*time.Second),
 			Bin:     time.Second,
 		})
 	}

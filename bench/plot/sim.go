@@ -104,7 +104,10 @@ func simulate(p *ratelimit.Policy, tr traffic) (*run, error) {
 	}
 	clk := &clock{now: epoch}
 	var last ratelimit.Decision
-	lim, err := ratelimit.New(store.NewMemory(store.WithClock(clk.Now)), p,
+	// Holding off (WithMaxDelay(0)): every denial is a 429, so the figure
+	// shows the algorithm's own answers; held requests would wait on the
+	// real clock, which the simulation does not move.
+	lim, err := ratelimit.New(store.NewMemory(store.WithClock(clk.Now)), p, ratelimit.WithMaxDelay(0),
 		ratelimit.WithDecisionHook(func(_ *http.Request, res ratelimit.Result) { last = res.Decision }))
 	if err != nil {
 		return nil, fmt.Errorf("simulate %s: %w", p.Name(), err)
