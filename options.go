@@ -464,14 +464,6 @@ func WithCircuitBreaker(failures int, cooldown time.Duration) Option {
 	}
 }
 
-// WithObserver subscribes o to the Limiter's decisions, store calls and
-// circuit changes. It may be given several times: every observer gets
-// every event, in the order given, after the error and decision hooks.
-// o must not be nil.
-func WithObserver(o Observer) Option {
-	return required("WithObserver", "observer", o, func(c *config) { c.observers = append(c.observers, o) })
-}
-
 // required returns an Option that calls set, or makes New fail when v is
 // nil (see isNil): "name: nil what".
 func required(name, what string, v any, set func(*config)) Option {
