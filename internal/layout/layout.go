@@ -91,13 +91,14 @@ const GenEpoch = 1 << 32
 // The Redis hash's identity fields. A limit's fields are the numbers from
 // FirstHashField on (the time of the last charge is the number 1).
 const (
-	HashTime       = "1" // MemTime
+	HashTime       = "1" // MemTime, the field numbered HashTimeField
 	HashBlock      = "b" // MemBlock
 	HashBlockLimit = "l" // MemBlockLimit
 	HashGen        = "g" // MemGen
 	HashExpiry     = "x" // the time the key's expiry was last set to
 	HashResends    = "d" // resend IDs of the last charges (see ResendIDs)
 	HashPending    = "q" // pending reservations (see PendingDigits)
+	HashTimeField  = 1
 	FirstHashField = 2
 )
 

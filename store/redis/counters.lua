@@ -1,13 +1,16 @@
 -- counters.lua: the policy, resend IDs, places in line and the counters
 -- of every algorithm, one limit at a time (see script.lua).
 
--- The policy, baked or from ARGV from index a; a is then past it.
+-- The policy, baked or from ARGV from index a (its header at the
+-- positions Q_*, then STRIDE numbers per limit); a is then past it.
 local TTL, NL, BLOCK, IDTTL, RES, P
 local function policy(src, a)
-  TTL, NL, BLOCK, IDTTL, RES = tonumber(src[a]), tonumber(src[a + 1]), tonumber(src[a + 2]), tonumber(src[a + 3]), tostring(src[a + 4]) == '1'
+  local h = a - 1
+  TTL, NL, BLOCK, IDTTL = tonumber(src[h + Q_TTL]), tonumber(src[h + Q_LIMITS]), tonumber(src[h + Q_BLOCK]), tonumber(src[h + Q_IDTTL])
+  RES = tostring(src[h + Q_RESERVES]) == '1'
   P = {}
-  for i = 1, STRIDE * NL do P[i] = tonumber(src[a + 4 + i]) end
-  return a + 5 + STRIDE * NL
+  for i = 1, STRIDE * NL do P[i] = tonumber(src[h + QHEAD + i]) end
+  return a + QHEAD + STRIDE * NL
 end
 
 -- Resend IDs. Every call carries an ID (RIDLEN characters) that go-redis
@@ -235,7 +238,7 @@ local function evaluate(s, key, j, t, c)
   elseif kind == K_BUCKETS then
     local n, off = P[j + P_N], P[j + P_HASH]
     local n1 = n + 1
-    local k, h = floor(t / w), floor(s[1] / w)
+    local k, h = floor(t / w), floor(s[I_TIME] / w)
     if k - h < n1 then
       bload(s, key, j, h + 1, k + 1)
       total = s[off]
@@ -309,7 +312,7 @@ local function report(s, key, j, t, used, total, avail, ch)
     if used == 0 then return rem, 0 end -- no counted bucket holds any cost
     local n, off = P[j + P_N], P[j + P_HASH]
     local n1 = n + 1
-    local k, h = floor(t / w), floor(s[1] / w)
+    local k, h = floor(t / w), floor(s[I_TIME] / w)
     if k - h >= n1 then return rem, 0 end
     bload(s, key, j, k - n, h)
     for b = h, k - n, -1 do
@@ -347,7 +350,7 @@ local function refill(s, key, j, t, used, total, avail, ch, rem)
     return P[j + P_PERIOD]
   elseif kind == K_BUCKETS then
     local n, off = P[j + P_N], P[j + P_HASH]
-    local n1, h = n + 1, floor(s[1] / w)
+    local n1, h = n + 1, floor(s[I_TIME] / w)
     if k - h >= n1 then return P[j + P_PERIOD] end
     bload(s, key, j, k - n, h)
     for b = k - n, h do
@@ -459,10 +462,10 @@ local function charge(s, key, j, t, used, total, c, out, o)
     return units(s, key, j, t, c, out, o)
   elseif kind == K_BUCKETS then
     local n, n1 = P[j + P_N], P[j + P_N] + 1
-    local k, h = floor(t / w), floor(s[1] / w)
+    local k, h = floor(t / w), floor(s[I_TIME] / w)
     local lo = h + 1
     if lo < k - n then lo = k - n end
-    if s[1] == 0 then lo = k end -- never charged: no sub-bucket to clear
+    if s[I_TIME] == 0 then lo = k end -- never charged: no sub-bucket to clear
     for b = lo, k - 1 do
       local x = off + 1 + b % n1
       if s[x] ~= 0 then

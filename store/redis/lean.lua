@@ -9,6 +9,10 @@
 -- HMGET and one HSET, before any function of the general path is defined
 -- (defining them costs a call more than this path does). Any other call
 -- returns nil here, having written nothing, and goes on below.
+
+-- BUCKET_READS: the fields read per sliding window limit, its sum, then
+-- the cost and latest admission of the current, edge and next sub-bucket.
+local BUCKET_READS = 7
 if OP == 'f' and BAKED then repeat -- a break falls through to the general path
   local key, cost, rid = KEYS[1], tonumber(ARGV[3]), ARGV[4]
   if cost < 1 or sub(rid, 1, 1) == '!' then break end
@@ -17,13 +21,13 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     local tm = redis.call('TIME')
     now = tm[1] * 1000000 + tm[2]
   end
-  local ttl, nl, ok = BAKED[1], BAKED[2], true
-  local f, m = {'1', F_BLOCK, F_EXPIRY, F_RESENDS, F_GEN}, 5
-  local lines = BAKED[5] == 1 -- places in line can be: they are read
+  local ttl, nl, ok = BAKED[Q_TTL], BAKED[Q_LIMITS], true
+  local f, m = {F_TIME, F_BLOCK, F_EXPIRY, F_RESENDS, F_GEN}, 5
+  local lines = BAKED[Q_RESERVES] == 1 -- places in line can be: they are read
   if lines then f[6], m = F_PENDING, 6 end
   local first = m + 1 -- the first limit's first field
   for i = 0, nl - 1 do
-    local j = 5 + STRIDE * i
+    local j = QHEAD + STRIDE * i
     local kind, off, w = BAKED[j + P_KIND], BAKED[j + P_HASH], BAKED[j + P_WIDTH]
     f[m + 1], m = nm(off), m + 1
     if kind == K_BUCKETS then
@@ -52,7 +56,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
   local out = {1, now, cost, 0, 0, 1, now, tonumber(v[5]) or 0}
   local wr, o, x = {}, 1, first -- the write, its next index, the field read next
   for i = 0, nl - 1 do
-    local j = 5 + STRIDE * i
+    local j = QHEAD + STRIDE * i
     local kind, cap, w, per, off = BAKED[j + P_KIND], BAKED[j + P_CAP], BAKED[j + P_WIDTH], BAKED[j + P_PERIOD], BAKED[j + P_HASH]
     local k, rem, reset, mark = floor(now / w), 0, per, 0
     local refill = (k + 1) * w - now -- until more of the quota is back (counters.lua's refill)
@@ -111,7 +115,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
       rem = cap - used - cost
       local a = off + 1 + k % n1
       wr[o], wr[o + 1], wr[o + 2], wr[o + 3], wr[o + 4], wr[o + 5], o = nm(a), fmt('%d', cur + cost), nm(a + n1), fmt('%d', now - k * w), nm(off), fmt('%d', tot + cost), o + 6
-      x = x + 7
+      x = x + BUCKET_READS
     elseif kind == K_LOG then
       -- The units that stopped counting by now are the oldest: a search
       -- for how many; none, and a unit does not fit.
@@ -191,7 +195,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = rem, reset, 0, mark, refill
   end
   if not ok then break end
-  wr[o], wr[o + 1], o = '1', fmt('%d', now), o + 2
+  wr[o], wr[o + 1], o = F_TIME, fmt('%d', now), o + 2
   if rid ~= '' then
     -- The resend ID joins the key's list (as resendrecord does, below).
     local pt, ids = ZERO16, rid
@@ -200,9 +204,9 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     wr[o], wr[o + 1], o = F_RESENDS, pt .. ids, o + 2
   end
   local need = now + ttl * 1000
-  if sx < need then wr[o], wr[o + 1] = F_EXPIRY, fmt('%d', need + ttl * 250) end
+  if sx < need then wr[o], wr[o + 1] = F_EXPIRY, fmt('%d', need + ttl * XSLACK) end
   redis.call('HSET', key, unpack(wr))
-  if sx < need then redis.call('PEXPIRE', key, ceil((need + ttl * 250 - now) / 1000) + 1) end
+  if sx < need then redis.call('PEXPIRE', key, ceil((need + ttl * XSLACK - now) / 1000) + 1) end
   do return out end
 until true end
 

@@ -8,7 +8,7 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
   local kind, w, off = P[j + P_KIND], P[j + P_WIDTH], P[j + P_HASH]
   if kind == K_BUCKETS then
     local n1 = P[j + P_N] + 1
-    local b, h = floor(at / w), floor(s[1] / w)
+    local b, h = floor(at / w), floor(s[I_TIME] / w)
     if b <= h and b > h - n1 then
       local x = off + 1 + b % n1
       local back = s[x]
@@ -26,7 +26,7 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
     end
   elseif kind == K_TOKEN then
     if samegen then
-      local r = mark - s[1] -- every charge in the fields was made by s[1]
+      local r = mark - s[I_TIME] -- every charge in the fields was made by s[I_TIME]
       if r < 0 then r = 0 end
       if r > c * w then r = c * w end
       out[o], out[o + 1], o = off, fmt('%d', s[off] - r), o + 2
@@ -107,7 +107,7 @@ if OP == 'r' then
         local fn = tonumber(f)
         if fn and chunk[fn] then s[fn] = v elseif fn then s[fn] = tonumber(v) elseif f == F_PENDING then q = v elseif f == F_GEN then s.gen = tonumber(v) end
       end
-      s[1], s.gen = s[1] or 0, s.gen or 0
+      s[I_TIME], s.gen = s[I_TIME] or 0, s.gen or 0
       pending(s, q)
       local at_q = 0
       for i = 1, #s.qa do

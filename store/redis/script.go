@@ -76,21 +76,45 @@ var prelude = func() string {
 	line([]string{"RIDLEN", "RIDN", "QLEN", "MAXQ", "EPOCH", "MAXREP"},
 		num(layout.ResendIDLen, layout.ResendIDs, layout.PendingDigits, layout.MaxPending, layout.GenEpoch, ratelimit.MaxRepeats))
 	line([]string{"RHEAD", "KHEAD", "RLIM"}, num(rHeader, rKeyHead, rPerLimit))
+	line([]string{"Q_TTL", "Q_LIMITS", "Q_BLOCK", "Q_IDTTL", "Q_RESERVES", "QHEAD"},
+		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qHead))
+	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
+	line([]string{"XSLACK"}, num(expirySlack))
 	return b.String()
 }()
 
 // generic is the script for any policy: the call carries the policy.
 var generic = goredis.NewScript(prelude + "local BAKED = nil\n" + source)
 
+// Positions of the policy's header among its numbers (Lua counts from 1),
+// named Q_* in the script's prelude: the TTL (ms), the number of limits,
+// the penalty (µs), the request-ID lifetime (µs) and whether it reserves
+// (1 or 0); qHead numbers in all, then layout.Stride numbers per limit.
+const (
+	qTTL = iota + 1
+	qLimits
+	qBlock
+	qIDTTL
+	qReserves
+	qHead = qReserves
+)
+
+// expirySlack is how far past what its counters need a key's expiry is
+// pushed, in µs per ms of the policy's TTL: a quarter TTL, so that a busy
+// key's expiry is pushed out once per quarter TTL rather than on every
+// call (XSLACK in the script).
+const expirySlack = 250
+
 // policyNumbers lists a policy as the script reads it (script.lua, "The
-// policy"): TTL (ms), limits, penalty (µs), request-ID lifetime (µs),
-// whether it reserves, then layout.Stride numbers per limit.
+// policy"): the header at the positions q*, then layout.Stride numbers per
+// limit.
 func policyNumbers(lay *layout.Policy) []int64 {
-	res := int64(0)
+	head := make([]int64, qHead, qHead+len(lay.Limits)*layout.Stride)
+	head[qTTL-1], head[qLimits-1], head[qBlock-1], head[qIDTTL-1] = lay.TTLMS, int64(len(lay.Limits)), lay.Block, lay.IDTTL
 	if lay.Reserves {
-		res = 1
+		head[qReserves-1] = 1
 	}
-	return append([]int64{lay.TTLMS, int64(len(lay.Limits)), lay.Block, lay.IDTTL, res}, lay.Params()...)
+	return append(head, lay.Params()...)
 }
 
 // bakedScript returns the script with the policy's numbers given as data,

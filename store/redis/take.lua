@@ -43,13 +43,13 @@ local function settle(key, out, o, w, wo, changed, sb, sl, t0, start, skew, need
   end
   if not changed then return end
   if sx < need then
-    w[wo], w[wo + 1], wo = F_EXPIRY, need + TTL * 250, wo + 2
+    w[wo], w[wo + 1], wo = F_EXPIRY, need + TTL * XSLACK, wo + 2
   end
   for i = 1, wo - 1 do
     if type(w[i]) == 'number' then w[i] = fmt('%d', w[i]) end
   end
   redis.call('HSET', key, unpack(w))
-  if sx < need then redis.call('PEXPIRE', key, ceil((need + TTL * 250 - now) / 1000) + 1) end
+  if sx < need then redis.call('PEXPIRE', key, ceil((need + TTL * XSLACK - now) / 1000) + 1) end
 end
 
 -- read returns the fields of one identity a take reads up front (f: the
@@ -108,11 +108,11 @@ if OP == 'f' then
   if RES then fs[6] = F_PENDING end
   local s, v, flags = read(key, fs, now)
   if not s then return v end
-  s[1] = tonumber(v[1]) or 0
+  s[I_TIME] = tonumber(v[1]) or 0
   local sb, sx, d, sg = tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4], tonumber(v[5]) or 0
   if RES then pending(s, v[6]) else pending(s, nil) end
   local t0 = now
-  if s[1] > t0 then t0 = s[1] end
+  if s[I_TIME] > t0 then t0 = s[I_TIME] end
   local out = {0, now, 0, 0, flags, 0, t0, sg}
   -- A resend of a call that charged: admitted, and charged nothing again
   -- (see the general path).
@@ -197,7 +197,7 @@ for k = 1, nk do
     local s, v, flag = read(KEYS[k], {1, F_BLOCK, F_BLOCKLIM, F_PENDING, F_EXPIRY, F_RESENDS, F_GEN}, now)
     if not s then return v end
     if flag > 0 then flags = flag end
-    s[1], s.block, s.blocklim, s.expiry, s.resends, s.gen = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[5]) or 0, v[6], tonumber(v[7]) or 0
+    s[I_TIME], s.block, s.blocklim, s.expiry, s.resends, s.gen = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[5]) or 0, v[6], tonumber(v[7]) or 0
     pending(s, v[4])
     S[k] = s
     nd = nd + 1
@@ -227,7 +227,7 @@ if resent then
           out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = 0, 0, 0, 0, 0
           if s then
             local t = now
-            if s[1] > t then t = s[1] end
+            if s[I_TIME] > t then t = s[I_TIME] end
             out[o + 1] = t
             local u, tot, av, r = evaluate(s, KEYS[k], j, t, c1)
             local rem, reset = report(s, KEYS[k], j, t, u, tot, av, 0)
@@ -251,7 +251,7 @@ for x = 1, nd do
   local k = D[x]
   local s = S[k]
   local t0 = now
-  if s[1] > t0 then t0 = s[1] end
+  if s[I_TIME] > t0 then t0 = s[I_TIME] end
   T0[k], T[k] = t0, t0
   if s.block > t0 then blocked = true end
 end
