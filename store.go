@@ -90,7 +90,9 @@ type Decision struct {
 	// back, if nothing more is charged (the RateLimit header's t of
 	// draft-11). With the whole quota there, it is how long the limit
 	// admits no more than it: a period, a sub-bucket, an emission interval,
-	// or what is left of a window.
+	// or what is left of a window. It is 0, no claim, for a log or a token
+	// bucket with places in line (Limiter.Wait) released later: a charge
+	// made before such a release need not lower what the limit admits.
 	RefillAfter time.Duration
 	// RetryAfter is how long until a request of the same cost could be
 	// admitted, if nothing more is charged: 0 when allowed, Never when the

@@ -172,6 +172,12 @@ func report(k *counters, t int64, p *layout.Limit, e *eval, ch int64) (rem, rese
 // limit admits no more than it.
 func refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64 {
 	st, w := k.st, p.Width
+	if (p.Kind == layout.Log || p.Kind == layout.Token) && len(k.pend) > 0 && k.pend[len(k.pend)-1].at > t {
+		// Places in line released after t: a charge before a release can
+		// leave what the release will find as it was, so what is left
+		// does not fall one unit per unit charged; no claim is made.
+		return 0
+	}
 	switch p.Kind {
 	case layout.Log:
 		if e.avail < p.Capacity {

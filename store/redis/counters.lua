@@ -345,6 +345,8 @@ end
 local function refill(s, key, j, t, used, total, avail, ch, rem)
   local kind, w, cap = P[j + P_KIND], P[j + P_WIDTH], P[j + P_CAP]
   local k = floor(t / w)
+  -- Places in line released after t: no claim (store/memory's refill).
+  if (kind == K_LOG or kind == K_TOKEN) and s.qa and #s.qa > 0 and s.qa[#s.qa] > t then return 0 end
   if kind == K_LOG then
     if avail < cap then return lunit(s, key, j, avail) + P[j + P_PERIOD] - t end
     return P[j + P_PERIOD]
