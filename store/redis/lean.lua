@@ -3,109 +3,159 @@
 -- The lean path of the common call ('f', a baked policy): it answers a
 -- call that every limit admits, on a key with no running penalty, no place
 -- in line, no resend and a clock that did not step back, when each limit's
--- state is at hand (a sliding window charged in this sub-bucket or the
--- previous one, or never; a log charged one unit, its chunks read whole).
--- It reads what the general path reads and writes what it writes, in one
--- HMGET and one HSET, before any function of the general path is defined
--- (defining them costs a call more than this path does). Any other call
--- returns nil here, having written nothing, and goes on below.
+-- state is at hand (a log charged one unit, its chunks read whole). It
+-- decides and writes as the general path does, in one HMGET and one HSET
+-- (and, when a sliding window's refill time needs sub-buckets it did not
+-- read, one more HMGET), before any function of the general path is
+-- defined (defining them costs a call more than this path does). Any other
+-- call returns nil here, having written nothing, and goes on below.
+--
+-- Redis's time here goes mostly by the field: each field read or written,
+-- each name made with nm, each value turned into a number or digits costs
+-- about as much as a hundred lines of Lua, and a small hash (a list) is
+-- searched in order, a missing field to its end. So the path reads only
+-- the fields it needs, writes a new key's identity fields first, turns
+-- digits into numbers by arithmetic (half the cost of tonumber) and only
+-- when they are not '0', and sizes its tables up front.
 
--- BUCKET_READS: the fields read per sliding window limit, its sum, then
--- the cost and latest admission of the current, edge and next sub-bucket.
-local BUCKET_READS = 7
+-- BUCKET_READS: the fields read per sliding window limit: its sum, the
+-- current sub-bucket's cost, and the edge one's cost and latest admission.
+local BUCKET_READS = 4
 if OP == 'f' and BAKED then repeat -- a break falls through to the general path
-  local key, cost, rid = KEYS[1], tonumber(ARGV[3]), ARGV[4]
-  if cost < 1 or sub(rid, 1, 1) == '!' then break end
-  local now = tonumber(ARGV[2])
+  local key, cost, rid = KEYS[1], ARGV[3] + 0, ARGV[4]
+  if cost < 1 or byte(rid, 1) == 33 then break end -- 33: '!', a resend
+  local now = ARGV[2] + 0
   if now == 0 then
     local tm = redis.call('TIME')
     now = tm[1] * 1000000 + tm[2]
   end
-  local ttl, nl, ok = BAKED[Q_TTL], BAKED[Q_LIMITS], true
-  local f, m = {F_TIME, F_BLOCK, F_EXPIRY, F_RESENDS, F_GEN}, 5
-  local lines = BAKED[Q_RESERVES] == 1 -- places in line can be: they are read
-  if lines then f[6], m = F_PENDING, 6 end
+  local ttl, nl, ok, later = BAKED[Q_TTL], BAKED[Q_LIMITS], true, nil
+  -- The identity's fields: the last charge, the expiry, the resend IDs and
+  -- the refund count; the penalty only under a policy that has one (only
+  -- such a policy writes it, and a policy's keys are named after its
+  -- penalty), the places in line only under one that reserves.
+  local f = {F_TIME, F_EXPIRY, F_RESENDS, F_GEN, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+  local m, ib, iq = 4, nil, nil
+  if BAKED[Q_BLOCK] > 0 then
+    m, ib = 5, 5
+    f[5] = F_BLOCK
+  end
+  if BAKED[Q_RESERVES] == 1 then
+    m = m + 1
+    f[m], iq = F_PENDING, m
+  end
   local first = m + 1 -- the first limit's first field
-  for i = 0, nl - 1 do
-    local j = QHEAD + STRIDE * i
-    local kind, off, w = BAKED[j + P_KIND], BAKED[j + P_HASH], BAKED[j + P_WIDTH]
-    f[m + 1], m = nm(off), m + 1
+  for j = QHEAD, QHEAD + STRIDE * (nl - 1), STRIDE do
+    local kind, off = BAKED[j + P_KIND], BAKED[j + P_HASH]
+    f[m + 1] = NAMES[off]
     if kind == K_BUCKETS then
-      -- The current sub-bucket, the edge one and the one after it.
-      local n1 = BAKED[j + P_N] + 1
-      local a, b, c = off + 1 + floor(now / w) % n1, off + 1 + (floor(now / w) + 1) % n1, off + 1 + (floor(now / w) + 2) % n1
-      f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], f[m + 6], m = nm(a), nm(a + n1), nm(b), nm(b + n1), nm(c), nm(c + n1), m + 6
+      -- The current sub-bucket's cost, the edge one's cost and latest
+      -- admission (a refill time may need more: below). k is floor(now /
+      -- w), without a call.
+      local w, n1 = BAKED[j + P_WIDTH], BAKED[j + P_N] + 1
+      local k = (now - now % w) / w
+      local a, e = off + 1 + k % n1, off + 1 + (k + 1) % n1
+      f[m + 2], f[m + 3], f[m + 4], m = NAMES[a], NAMES[e], NAMES[e + n1], m + 4
     elseif kind == K_LOG then
       local chunks = ceil(BAKED[j + P_CAP] / BAKED[j + P_CHUNK])
       if cost ~= 1 or chunks > 8 then
         ok = false
         break
       end
-      for c = 1, chunks do f[m + c] = nm(off + c) end
-      m = m + chunks
-    elseif kind ~= K_TOKEN then
-      f[m + 1], m = nm(off + 1), m + 1
-      if kind == K_APPROX then f[m + 1], m = nm(off + 2), m + 1 end
+      for c = 1, chunks do f[m + 1 + c] = NAMES[off + c] end
+      m = m + 1 + chunks
+    elseif kind == K_TOKEN then
+      m = m + 1
+    else
+      f[m + 2], m = NAMES[off + 1], m + 2
+      if kind == K_APPROX then f[m + 1], m = NAMES[off + 2], m + 1 end
     end
   end
   if not ok then break end
-  local v = redis.pcall('HMGET', key, unpack(f))
+  local v = redis.pcall('HMGET', key, unpack(f, 1, m))
   if v.err then break end
-  local s1, sb, sx, d = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4]
-  if s1 > now or sb > now or lines and v[6] and v[6] ~= '' then break end
-  local out = {1, now, cost, 0, 0, 1, now, tonumber(v[5]) or 0}
-  local wr, o, x = {}, 1, first -- the write, its next index, the field read next
+  local s1, sx, d, g = (v[1] or 0) + 0, (v[2] or 0) + 0, v[3], v[4]
+  if s1 > now then break end
+  if ib and v[ib] and v[ib] ~= '0' and v[ib] + 0 > now then break end
+  if iq and v[iq] and v[iq] ~= '' then break end
+  if g and g ~= '0' then g = g + 0 else g = 0 end
+  local rx = sx - ttl * (1000 + XSLACK) -- when the key's expiry was last set (see the refill time)
+  -- A new key (no charge, no expiry; at most a Reset's F_GEN) gets the
+  -- identity's fields first, where every call finds them soonest: the
+  -- write's first slots are kept for them.
+  local fresh = not (v[1] or v[2])
+  local out = {1, now, cost, 0, 0, 1, now, g, 0, 0, 0, 0, 0}
+  local wr = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+  local o, x = 1, first -- the write's next index, the field read next
+  if fresh then
+    o = 7
+    if rid ~= '' then o = 9 end
+    if ib then o = o + 2 end
+  end
   for i = 0, nl - 1 do
     local j = QHEAD + STRIDE * i
-    local kind, cap, w, per, off = BAKED[j + P_KIND], BAKED[j + P_CAP], BAKED[j + P_WIDTH], BAKED[j + P_PERIOD], BAKED[j + P_HASH]
-    local k, rem, reset, mark = floor(now / w), 0, per, 0
+    local kind, cap, w, per = BAKED[j + P_KIND], BAKED[j + P_CAP], BAKED[j + P_WIDTH], BAKED[j + P_PERIOD]
+    local k, rem, reset, mark = (now - now % w) / w, 0, per, 0
     local refill = (k + 1) * w - now -- until more of the quota is back (counters.lua's refill)
     if kind == K_BUCKETS then
       -- The ring's sum less the sub-buckets that left it (h+1..k hold
       -- older ones' costs), which are cleared as the general path clears
-      -- them; all of them when the whole window lapsed.
-      local n, n1 = BAKED[j + P_N], BAKED[j + P_N] + 1
-      local tot, cur, used = 0, 0, 0
-      local h = floor(s1 / w)
+      -- them; all of them when the whole window lapsed. tot is then what
+      -- sub-buckets k-n..h hold, the edge one's included.
+      local n, off = BAKED[j + P_N], BAKED[j + P_HASH]
+      local n1, h, tot, cur, used = n + 1, (s1 - s1 % w) / w, 0, 0, 0
       if s1 ~= 0 and k - h <= 1 then
-        tot, cur = tonumber(v[x]) or 0, tonumber(v[x + 1]) or 0
+        tot, cur = (v[x] or 0) + 0, (v[x + 1] or 0) + 0
         if k > h then tot, cur = tot - cur, 0 end
       elseif s1 ~= 0 and k - h < n1 then
-        tot = (tonumber(v[x]) or 0) - (tonumber(v[x + 1]) or 0)
-        local g = {}
-        for q = h + 1, k - 1 do g[q - h] = nm(off + 1 + q % n1) end
-        local gv = redis.call('HMGET', key, unpack(g))
+        tot = (v[x] or 0) - (v[x + 1] or 0)
+        local gn = {}
+        for q = h + 1, k - 1 do gn[q - h] = NAMES[off + 1 + q % n1] end
+        local gv = redis.call('HMGET', key, unpack(gn))
         for q = h + 1, k - 1 do
-          local c = tonumber(gv[q - h]) or 0
-          if c ~= 0 then
+          local c = gv[q - h]
+          if c and c ~= '0' then
             tot = tot - c
-            wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = g[q - h], '0', nm(off + 1 + q % n1 + n1), '0', o + 4
+            wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = gn[q - h], '0', NAMES[off + 1 + q % n1 + n1], '0', o + 4
           end
         end
       elseif s1 ~= 0 then
+        local e = v[x + 2]
         for q = k - n, k - 1 do
           local c = off + 1 + q % n1
-          if q > k - n or (tonumber(v[x + 3]) or 0) ~= 0 then wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = nm(c), '0', nm(c + n1), '0', o + 4 end
+          if q > k - n or e and e ~= '0' then wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = NAMES[c], '0', NAMES[c + n1], '0', o + 4 end
         end
       end
       refill = per
       if s1 == 0 or k - h < n1 then
         used = tot
-        local edge, elat = tonumber(v[x + 3]) or 0, tonumber(v[x + 4]) or 0
-        if edge ~= 0 and elat <= now - k * w then used = used - edge end
-        -- The oldest sub-bucket still counting leaves first: the edge one,
-        -- or the one after it; a gap after them, and the general path
-        -- finds it.
-        if s1 ~= 0 then
-          if edge ~= 0 and elat > now - k * w then
-            refill = k * w + elat - now
-          elseif h >= k - n + 1 then
-            if (tonumber(v[x + 5]) or 0) == 0 then
-              ok = false
-              break
-            end
-            refill = (k + 1) * w + (tonumber(v[x + 6]) or 0) - now
+        local edge, counts = v[x + 2], false
+        if edge and edge ~= '0' then
+          local elat = (v[x + 3] or 0) + 0
+          if elat <= now - k * w then
+            used = used - edge
+          elseif s1 ~= 0 then
+            -- The edge sub-bucket still counts, and leaves first.
+            refill, counts = k * w + elat - now, true
           end
+        end
+        -- Else the oldest sub-bucket still counting is the first after the
+        -- edge one, up to the last charge's, that holds cost: found below,
+        -- once every limit admitted, from what they hold (used) and a
+        -- first guess of how far back to read (see there).
+        if s1 ~= 0 and not counts and used > 0 then
+          local top, bot, rest, z = h, 0, used, (rx - rx % w) / w
+          if h == k then
+            top, rest = k - 1, used - cur
+            if rest == 0 then top = k end
+          end
+          bot = top - BACK + 1
+          if z < bot and z > k - n then bot = z end
+          if bot <= k - n then bot = k - n + 1 end
+          if not later then later = {} end
+          local y = #later
+          later[y + 1], later[y + 2], later[y + 3], later[y + 4] = RHEAD + 1 + KHEAD + RLIM * i + 4, top, bot, rest
+          later[y + 5], later[y + 6], later[y + 7], later[y + 8] = k, n, w, off
         end
       end
       if used + cost > cap then
@@ -113,8 +163,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         break
       end
       rem = cap - used - cost
-      local a = off + 1 + k % n1
-      wr[o], wr[o + 1], wr[o + 2], wr[o + 3], wr[o + 4], wr[o + 5], o = nm(a), fmt('%d', cur + cost), nm(a + n1), fmt('%d', now - k * w), nm(off), fmt('%d', tot + cost), o + 6
+      wr[o], wr[o + 1], wr[o + 2], wr[o + 3], wr[o + 4], wr[o + 5], o = f[x], fmt('%d', tot + cost), f[x + 1], fmt('%d', cur + cost), NAMES[off + 1 + k % n1 + n1], fmt('%d', now - k * w), o + 6
       x = x + BUCKET_READS
     elseif kind == K_LOG then
       -- The units that stopped counting by now are the oldest: a search
@@ -147,10 +196,10 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
       end
       str = str .. string.rep('0', nsl * 16 - #str)
       local at = ptr % cs * 16
-      wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = nm(off + 1 + ci), sub(str, 1, at) .. fmt('%016d', now) .. sub(str, at + 17), nm(off), fmt('%d', (ptr + 1) % cap), o + 4
+      wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x + 1 + ci], sub(str, 1, at) .. fmt('%016d', now) .. sub(str, at + 17), f[x], fmt('%d', (ptr + 1) % cap), o + 4
       x = x + 1 + ceil(cap / cs)
     elseif kind == K_TOKEN then
-      local tat = tonumber(v[x]) or 0
+      local tat = (v[x] or 0) + 0
       if tat < now then tat = now end
       if (tat - now) + cost * w > cap * w then
         ok = false
@@ -160,15 +209,15 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
       local left = cap * w - (tat - now)
       if left > 0 then rem = floor(left / w) end
       reset, mark, refill = tat - now, tat, (rem + 1) * w - left
-      wr[o], wr[o + 1], o = nm(off), fmt('%d', tat), o + 2
+      wr[o], wr[o + 1], o = f[x], fmt('%d', tat), o + 2
       x = x + 1
     else
-      local win, used, prev = tonumber(v[x]) or 0, 0, 0
+      local win, used, prev = (v[x] or 0) + 0, 0, 0
       if win == k then
-        used = tonumber(v[x + 1]) or 0
-        if kind == K_APPROX then prev = tonumber(v[x + 2]) or 0 end
+        used = (v[x + 1] or 0) + 0
+        if kind == K_APPROX then prev = (v[x + 2] or 0) + 0 end
       elseif win == k - 1 and kind == K_APPROX then
-        prev = tonumber(v[x + 1]) or 0
+        prev = (v[x + 1] or 0) + 0
       end
       local avail = cap - used
       if kind == K_APPROX then
@@ -187,26 +236,111 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         if r < 0 then r = 0 end
         if r < refill then refill = r end
       end
-      wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = nm(off), fmt('%d', k), nm(off + 1), fmt('%d', used + cost), o + 4
-      if kind == K_APPROX then wr[o], wr[o + 1], o, x = nm(off + 2), fmt('%d', prev), o + 2, x + 1 end
+      wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x], fmt('%d', k), f[x + 1], fmt('%d', used + cost), o + 4
+      if kind == K_APPROX then wr[o], wr[o + 1], o, x = f[x + 2], fmt('%d', prev), o + 2, x + 1 end
       x = x + 2
     end
     local p = RHEAD + 1 + KHEAD + RLIM * i
     out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = rem, reset, 0, mark, refill
   end
   if not ok then break end
-  wr[o], wr[o + 1], o = F_TIME, fmt('%d', now), o + 2
+  if later then
+    -- The refill time of the sliding windows whose oldest counting
+    -- sub-bucket is not the edge one (counters.lua's refill): the first
+    -- after it, up to the last charge's, that holds cost. What they hold
+    -- together is known (rest), so they are read from the newest back, in
+    -- one HMGET for all such limits, until what was read adds up to it:
+    -- the last one read that holds cost is the first. When the current
+    -- sub-bucket holds it all, it is the one, and only its latest
+    -- admission is read. The first HMGET reads back BACK sub-buckets, or
+    -- to the one of the charge that last set the key's expiry (rx: a young
+    -- key's first charge), whichever is older; each next one twice as many
+    -- as the last. Sums that do not add up (a hash this script did not
+    -- write) go to the general path. An entry of later: the refill's place
+    -- in out, the newest sub-bucket to read (false: done), the oldest, the
+    -- cost still to find, then k, n, w and the limit's first field.
+    local more = true
+    while more do
+      local gn, q = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}, 0
+      for y = 1, #later, 8 do
+        local top = later[y + 1]
+        if top then
+          local bot, k, n1, off = later[y + 2], later[y + 4], later[y + 5] + 1, later[y + 7]
+          if top == k then
+            gn[q + 1], q = NAMES[off + 1 + k % n1 + n1], q + 1
+          else
+            for c = top, bot, -1 do
+              local z = off + 1 + c % n1
+              gn[q + 1], gn[q + 2], q = NAMES[z], NAMES[z + n1], q + 2
+            end
+          end
+        end
+      end
+      local gv = gn
+      if q > 0 then gv = redis.call('HMGET', key, unpack(gn, 1, q)) end
+      q, more = 0, false
+      for y = 1, #later, 8 do
+        local top = later[y + 1]
+        if top then
+          local p, bot, rest, k, n, w = later[y], later[y + 2], later[y + 3], later[y + 4], later[y + 5], later[y + 6]
+          if top == k then
+            out[p], later[y + 1], q = (k + n) * w + (gv[q + 1] or 0) - now, false, q + 1
+          else
+            for c = top, bot, -1 do
+              local cc = gv[q + 1]
+              if rest > 0 and cc and cc ~= '0' then
+                rest = rest - cc
+                if rest <= 0 then
+                  out[p] = (c + n) * w + (gv[q + 2] or 0) - now
+                  if rest < 0 then ok = false end
+                end
+              end
+              q = q + 2
+            end
+            if rest <= 0 then
+              later[y + 1] = false
+            elseif bot <= k - n + 1 then
+              ok = false -- all read, and short
+            else
+              local next = bot - 2 * (top - bot + 1)
+              if next <= k - n then next = k - n + 1 end
+              later[y + 1], later[y + 2], later[y + 3], more = bot - 1, next, rest, true
+            end
+          end
+        end
+      end
+      if not ok then more = false end
+    end
+    if not ok then break end
+  end
+  local ts = fmt('%d', now)
   if rid ~= '' then
-    -- The resend ID joins the key's list (as resendrecord does, below).
-    local pt, ids = ZERO16, rid
-    if d then pt, ids = sub(d, 1, 16), sub(d, 17) .. rid end
-    if #ids > RIDLEN * RIDN then ids, pt = sub(ids, RIDLEN + 1), fmt('%016d', now) end
-    wr[o], wr[o + 1], o = F_RESENDS, pt .. ids, o + 2
+    -- The resend ID joins the key's list (as resendrecord does, below);
+    -- when it is full, the oldest ID leaves and the time is noted (rid is
+    -- RIDLEN characters).
+    if not d then
+      d = ZERO16 .. rid
+    elseif #d + #rid <= 16 + RIDLEN * RIDN then
+      d = d .. rid
+    else
+      local pt = ts
+      if #pt ~= 16 then pt = fmt('%016d', now) end
+      d = pt .. sub(d, 17 + RIDLEN) .. rid
+    end
   end
   local need = now + ttl * 1000
-  if sx < need then wr[o], wr[o + 1] = F_EXPIRY, fmt('%d', need + ttl * XSLACK) end
-  redis.call('HSET', key, unpack(wr))
-  if sx < need then redis.call('PEXPIRE', key, ceil((need + ttl * XSLACK - now) / 1000) + 1) end
+  local xs = sx < need and fmt('%d', need + ttl * XSLACK)
+  if fresh then
+    wr[1], wr[2], wr[3], wr[4], wr[5], wr[6] = F_TIME, ts, F_GEN, v[4] or '0', F_EXPIRY, xs
+    local q = 7
+    if rid ~= '' then wr[7], wr[8], q = F_RESENDS, d, 9 end
+    if ib then wr[q], wr[q + 1] = F_BLOCK, '0' end
+  else
+    wr[o], wr[o + 1], o = F_TIME, ts, o + 2
+    if rid ~= '' then wr[o], wr[o + 1], o = F_RESENDS, d, o + 2 end
+    if xs then wr[o], wr[o + 1], o = F_EXPIRY, xs, o + 2 end
+  end
+  redis.call('HSET', key, unpack(wr, 1, o - 1))
+  if xs then redis.call('PEXPIRE', key, ceil((need + ttl * XSLACK - now) / 1000) + 1) end
   do return out end
 until true end
-

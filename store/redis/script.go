@@ -80,11 +80,19 @@ var prelude = func() string {
 		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qHead))
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
 	line([]string{"XSLACK"}, num(expirySlack))
+	line([]string{"BACK"}, num(refillBack))
 	return b.String()
 }()
 
+// refillBack is how many sub-buckets of a sliding window the common call's
+// lean path reads first, from the last charge's back, when it looks for
+// the oldest one still counting (a refill time; lean.lua): enough for a
+// key charged in the last few sub-buckets, few enough that one charged
+// only in the latest does not pay for fields it does not need.
+const refillBack = 3
+
 // generic is the script for any policy: the call carries the policy.
-var generic = goredis.NewScript(prelude + "local BAKED = nil\n" + source)
+var generic = goredis.NewScript(prelude + "local BAKED, NAMES = nil, nil\n" + source)
 
 // Positions of the policy's header among its numbers (Lua counts from 1),
 // named Q_* in the script's prelude: the TTL (ms), the number of limits,
@@ -122,21 +130,55 @@ func policyNumbers(lay *layout.Policy) []int64 {
 // converts a few numbers per call instead of a few dozen.
 func bakedScript(nums []int64) *goredis.Script { return goredis.NewScript(bakedSource(nums)) }
 
-// bakedSource is the text of bakedScript.
+// bakedSource is the text of bakedScript: the policy's numbers and the
+// names of its hash fields (see leanFields).
 func bakedSource(nums []int64) string {
+	last := leanFields(nums)
 	var b strings.Builder
-	b.Grow(len(prelude) + len(source) + 16 + 12*len(nums))
+	b.Grow(len(prelude) + len(source) + 32 + 12*len(nums) + 6*int(last))
 	b.WriteString(prelude)
-	b.WriteString("local BAKED = {")
+	b.WriteString("local BAKED, NAMES = {")
 	for i, v := range nums {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString(strconv.FormatInt(v, 10))
 	}
+	b.WriteString("}, {")
+	for f := int64(1); f <= last; f++ {
+		if f > 1 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(strconv.FormatInt(f, 10)))
+	}
 	b.WriteString("}\n")
 	b.WriteString(source)
 	return b.String()
+}
+
+// leanFields returns the last numbered hash field the lean path of the
+// common call (lean.lua) names for a policy (its numbers nums): a baked
+// script carries the names of fields 1 to it as strings (NAMES), so that
+// the path looks a name up where it would make it with nm, at several
+// times the cost.
+func leanFields(nums []int64) int64 {
+	last := int64(1)
+	for i := qHead; i+layout.Stride <= len(nums); i += layout.Stride {
+		p := func(at int) int64 { return nums[i+at-1] }
+		end := p(layout.PHash)
+		switch layout.Kind(p(layout.PKind)) {
+		case layout.Buckets:
+			end += 2 * (p(layout.PN) + 1) // each sub-bucket's cost and latest admission
+		case layout.Log:
+			end += (p(layout.PCapacity) + p(layout.PChunk) - 1) / p(layout.PChunk)
+		case layout.Fixed:
+			end++
+		case layout.Approx:
+			end += 2
+		}
+		last = max(last, end)
+	}
+	return last
 }
 
 // prepared is what a policy's calls send besides their keys and own

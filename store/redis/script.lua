@@ -10,10 +10,15 @@
 -- answers.
 --
 -- script.go puts before it a prelude of names (the kinds K_*, a limit's
--- parameters P_* and STRIDE, the hash fields F_*, the numbers RIDLEN,
--- RIDN, QLEN, MAXQ, EPOCH, MAXREP, and RHEAD, KHEAD, RLIM: the sizes of a
--- take reply's header, of a key's head and of a limit's part) and the line "local BAKED = ...": nil,
--- or the policy as data (the numbers the unbaked script reads from ARGV).
+-- parameters P_* and STRIDE, the hash fields F_* and the time's field
+-- number I_TIME, the numbers RIDLEN, RIDN, QLEN, MAXQ, EPOCH, MAXREP, and
+-- RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
+-- and of a limit's part; the policy header's positions Q_* and size QHEAD;
+-- the expiry slack XSLACK; and BACK, the sub-buckets the lean path reads
+-- first for a refill time) and the line "local BAKED, NAMES = ...": nil,
+-- nil, or the policy as data (the numbers the unbaked script reads from
+-- ARGV) and the names of its hash fields from 1 on ('1', '2', ...;
+-- NAMES[x] is nm(x), for the lean path).
 --
 -- ARGV[1] is the operation:
 --   't' take. ARGV: now (µs; 0 = Redis TIME), cost, mode ('1': grant up to
@@ -37,16 +42,20 @@
 --       Reply: 1 when the key existed, else 0.
 -- The policy: TTL (ms), NL (limits), BLOCK (µs), IDTTL (µs), RES ('1' when
 -- every limit can reserve), then STRIDE numbers per limit (P_* order).
-local tonumber, floor, ceil, fmt, sub, find = tonumber, math.floor, math.ceil, string.format, string.sub, string.find
+local tonumber, floor, ceil, fmt, sub, find, byte = tonumber, math.floor, math.ceil, string.format, string.sub, string.find, string.byte
 local ZERO16 = '0000000000000000'
 local OP = ARGV[1]
 
 -- nm names the numbered hash field x: its digits, made without a printf
--- (Redis would turn a number argument into digits with a costlier one).
+-- (Redis would turn a number argument into digits with a costlier one) or
+-- a call to floor.
 local char = string.char
 local function nm(x)
   if x < 10 then return char(48 + x) end
-  if x < 100 then return char(48 + floor(x / 10), 48 + x % 10) end
+  if x < 100 then
+    local u = x % 10
+    return char(48 + (x - u) / 10, 48 + u)
+  end
   return fmt('%d', x)
 end
 
