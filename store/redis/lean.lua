@@ -19,8 +19,9 @@
 -- when they are not '0', and sizes its tables up front.
 
 -- BUCKET_READS: the fields read per sliding window limit: its sum, the
--- current sub-bucket's cost, and the edge one's cost and latest admission.
-local BUCKET_READS = 4
+-- current sub-bucket's cost, then the edge one's and the next one's cost
+-- and latest admission.
+local BUCKET_READS = 6
 if OP == 'f' and BAKED then repeat -- a break falls through to the general path
   local key, cost, rid = KEYS[1], ARGV[3] + 0, ARGV[4]
   if cost < 1 or byte(rid, 1) == 33 then break end -- 33: '!', a resend
@@ -49,13 +50,13 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     local kind, off = BAKED[j + P_KIND], BAKED[j + P_HASH]
     f[m + 1] = NAMES[off]
     if kind == K_BUCKETS then
-      -- The current sub-bucket's cost, the edge one's cost and latest
-      -- admission (a refill time may need more: below). k is floor(now /
-      -- w), without a call.
+      -- The current sub-bucket's cost, the edge one's and the next one's
+      -- cost and latest admission (a refill time may need more: below). k
+      -- is floor(now / w), without a call.
       local w, n1 = BAKED[j + P_WIDTH], BAKED[j + P_N] + 1
       local k = (now - now % w) / w
-      local a, e = off + 1 + k % n1, off + 1 + (k + 1) % n1
-      f[m + 2], f[m + 3], f[m + 4], m = NAMES[a], NAMES[e], NAMES[e + n1], m + 4
+      local a, e, c = off + 1 + k % n1, off + 1 + (k + 1) % n1, off + 1 + (k + 2) % n1
+      f[m + 2], f[m + 3], f[m + 4], f[m + 5], f[m + 6], m = NAMES[a], NAMES[e], NAMES[e + n1], NAMES[c], NAMES[c + n1], m + 6
     elseif kind == K_LOG then
       local chunks = ceil(BAKED[j + P_CAP] / BAKED[j + P_CHUNK])
       if cost ~= 1 or chunks > 8 then
@@ -140,10 +141,16 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
           end
         end
         -- Else the oldest sub-bucket still counting is the first after the
-        -- edge one, up to the last charge's, that holds cost: found below,
-        -- once every limit admitted, from what they hold (used) and a
-        -- first guess of how far back to read (see there).
-        if s1 ~= 0 and not counts and used > 0 then
+        -- edge one, up to the last charge's, that holds cost: the next one,
+        -- read with the edge one, when it holds cost (and was charged in
+        -- this round of the ring); else found below, once every limit
+        -- admitted, from what they hold (used) and a first guess of how far
+        -- back to read (see there).
+        local nc = v[x + 4]
+        if s1 ~= 0 and not counts and used > 0 and h >= k - n + 1 and nc and nc ~= '0' then
+          -- The one after the edge holds cost (a busy key): it leaves first.
+          refill = (k + 1) * w + (v[x + 5] or 0) - now
+        elseif s1 ~= 0 and not counts and used > 0 then
           local top, bot, rest, z = h, 0, used, (rx - rx % w) / w
           if h == k then
             top, rest = k - 1, used - cur
