@@ -29,9 +29,10 @@ const DefaultMaxHold = time.Second
 // default), with the same (exact) RetryAfter, without asking the store (0
 // Redis commands). A larger cost would be denied too, but may have to wait
 // longer than the cached answer says, so it goes to the store; so do
-// smaller costs, peeks (cost 0), requests with an ID (Request.ID), requests
-// of several keys under a policy with a penalty (BlockFor: the store starts
-// one for each key that denied), and requests the cache knows nothing about.
+// smaller costs, peeks (cost 0), requests with an ID (Request.ID), every
+// request under a policy with a penalty (BlockFor: a denial starts one in
+// the store, which a cached answer would not), and requests the cache
+// knows nothing about.
 //
 // It never admits what the store would deny: it only ever answers "denied".
 // Waits are measured on the process's monotonic clock from when the
@@ -134,10 +135,12 @@ func (c *Cache) shard(k string) *shardmap.Shard[*denial] {
 
 // Take implements ratelimit.Store.
 func (c *Cache) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	// Under a penalty (BlockFor), a denial of several keys may start a
-	// penalty for each: only the store can tell, so only single keys are
-	// answered from the cache.
-	if req.Cost > 0 && req.Policy != nil && req.ID == "" && (req.Policy.BlockFor() == 0 || len(req.Keys) == 1) {
+	// Under a penalty (BlockFor), a denial starts one in the store once the
+	// last has run out, which a denial answered from the cache would not:
+	// the key would then admit, through a call the cache does not answer
+	// (TakeUpTo, Reserve), what its penalty denies. So no denial of such a
+	// policy is answered from the cache.
+	if req.Cost > 0 && req.Policy != nil && req.ID == "" && req.Policy.BlockFor() == 0 {
 		if d, ok := c.lookup(req); ok {
 			return d, nil
 		}

@@ -243,3 +243,59 @@ type clock struct {
 
 func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// countingGranter counts the Takes and TakeUpTos that reach a store.
+type countingGranter struct{ countingStore }
+
+func (s *countingGranter) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	s.calls.Add(1)
+	return s.Store.(ratelimit.Granter).TakeUpTo(ctx, req)
+}
+
+// TestDenyCachePenaltyStarts: under a policy with a penalty (BlockFor), a
+// denial repeated after the last penalty ran out starts a new one in the
+// store, so it is never answered from the cache; else a partial grant (or a
+// reservation), which the cache forwards, would take what the penalty
+// denies.
+func TestDenyCachePenaltyStarts(t *testing.T) {
+	ctx := context.Background()
+	var clk clock
+	clk.Set(t0)
+	inner := &countingGranter{countingStore{Store: memory.New(memory.WithClock(clk.Now))}}
+	c := New(inner, WithClock(clk.Now))
+	p := ratelimit.MustParsePolicy("10/s", ratelimit.WithAlgorithm(ratelimit.TokenBucket), ratelimit.BlockFor(100*time.Millisecond))
+	req := func(cost int64) ratelimit.Request {
+		return ratelimit.Request{Policy: p, Keys: []string{"ip:a"}, Cost: cost}
+	}
+	steps := []struct {
+		at      time.Duration
+		upTo    bool
+		cost    int64
+		allowed bool
+		granted int64
+		calls   int64 // calls that reached the store so far
+	}{
+		{0, false, 10, true, 10, 1},                     // the bucket emptied
+		{time.Millisecond, false, 5, false, 0, 2},       // denied (wait 500ms): a penalty until 101ms
+		{200 * time.Millisecond, false, 5, false, 0, 3}, // the penalty ran out: the store starts one until 300ms
+		{210 * time.Millisecond, true, 5, false, 0, 4},  // 2 tokens back, but the new penalty denies
+		{310 * time.Millisecond, true, 5, true, 3, 5},   // after it, the grant
+	}
+	for i, s := range steps {
+		clk.Set(t0.Add(s.at))
+		var d ratelimit.Decision
+		var err error
+		if s.upTo {
+			d, err = c.TakeUpTo(ctx, req(s.cost))
+		} else {
+			d, err = c.Take(ctx, req(s.cost))
+		}
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if d.Allowed != s.allowed || d.Granted != s.granted || inner.calls.Load() != s.calls {
+			t.Fatalf("step %d at %s: allowed %v granted %d after %d store calls; want %v, %d, %d calls: %+v",
+				i, s.at, d.Allowed, d.Granted, inner.calls.Load(), s.allowed, s.granted, s.calls, d)
+		}
+	}
+}

@@ -14,11 +14,7 @@ import (
 // through the memory store on one clock, and requires identical decisions,
 // field by field, at every step (and, with h.Marks, identical receipts).
 // Every third trace is one of the guarantee checker's crowded lines of
-// reservations, partial grants and refunds on several keys, except for a
-// store that answers from a cache (h.Cached): the deny cache in front of
-// the memory store grants part of a request on such a line where the
-// reference grants nothing (token bucket, trace 91 step 6), a difference
-// still to be accounted for.
+// reservations, partial grants and refunds on several keys.
 func Equivalence(t *testing.T, h Harness) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -26,7 +22,7 @@ func Equivalence(t *testing.T, h Harness) {
 			for n := range h.traces(t) {
 				p := randomPolicy(rng, alg)
 				var trace []step
-				if n%3 == 1 && !h.Cached {
+				if n%3 == 1 {
 					trace = lineTrace(rng, p, 24) // places in line crowded on several keys, as Guarantees replays
 				} else {
 					trace = randomTrace(rng, p, 16)
