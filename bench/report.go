@@ -361,14 +361,6 @@ func perOpStr(v float64) string {
 	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
-func joinInts(ns []int) string {
-	s := make([]string, len(ns))
-	for i, n := range ns {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s, ", ")
-}
-
 // nsPerOp is the wall time per decision, all callers together.
 func (r *cellResult) nsPerOp() float64 { return r.perOp(float64(r.elapsed.Nanoseconds())) }
 
