@@ -285,6 +285,7 @@ func Scenarios() []Scenario {
 		{"20/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.TokenBucket), ratelimit.WithBurst(1)}, 20},
 		{"10/500ms", algorithm(ratelimit.SlidingWindow), 20},
 		{"30/s", algorithm(ratelimit.SlidingWindowApprox), 30},
+		{"100/s", algorithm(ratelimit.SlidingWindow), 100},
 		{"30/500ms", algorithm(ratelimit.SlidingWindowApprox), 60},
 		{"10/500ms", algorithm(ratelimit.FixedWindow), 20},
 	} {
