@@ -92,6 +92,8 @@ var matrixCases = []struct {
 	{"10/500ms", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingWindow)}},
 	{"10/500ms", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.FixedWindow)}},
 	{"30/500ms", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingWindowApprox)}},
+	{"120/s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingWindowApprox)}},
+	{"100/2s", []ratelimit.PolicyOption{ratelimit.WithAlgorithm(ratelimit.SlidingWindowApprox)}},
 }
 
 func run(nClients, nRequests int, addr, bin string) error {
@@ -205,6 +207,28 @@ func (r *result) rate() float64 {
 	return float64(len(r.admitted)) / (r.span() + time.Second).Seconds()
 }
 
+// periodRate is admissions per second in the steady state: over the whole
+// periods that fit in the span after the first period, counted from the
+// first admission. What a limit of Rate per Period promises a client that
+// keeps asking is Rate in each of them. The first period is left out: it
+// holds the first burst, which an algorithm that admits up to twice its
+// rate in an unaligned window (the approximation, the fixed window) would
+// count in; and so is what follows the last whole period, where a run's
+// last requests land wherever it happens to end.
+func (r *result) periodRate(period time.Duration) float64 {
+	whole := (r.span() - period) / period * period
+	if whole <= 0 {
+		return 0
+	}
+	n := 0
+	for _, at := range r.admitted {
+		if d := at - r.admitted[0]; d >= period && d < period+whole {
+			n++
+		}
+	}
+	return float64(n) / whole.Seconds()
+}
+
 func (r *result) seen() string {
 	var vs []string
 	for v, n := range r.retryAfter {
@@ -312,7 +336,8 @@ func redisVersion(info string) string {
 
 // runMatrix runs every case of matrixCases with n clients, each making 10
 // seconds' worth of requests, and prints a row per case: what the clients
-// got per second, and its share of the rate the policy states.
+// got per second in the steady state (periodRate), and its share of the
+// rate the policy states.
 func runMatrix(st *store.Redis, rc *redis.Client, version, where string, n int) error {
 	fmt.Printf("library: %s\nredis: %s at %s\nclients: %d per policy, each from its own loopback address, hashicorp/go-retryablehttp (sleeps exactly Retry-After after a 429); the Limiter's defaults (waits below a second are held)\n\n",
 		library(), redisVersion(version), where, n)
@@ -325,11 +350,6 @@ func runMatrix(st *store.Redis, rc *redis.Client, version, where string, n int) 
 		}
 		l := p.Limit(0)
 		perSecond := float64(l.Rate) / l.Period.Seconds()
-		quota := l.Rate
-		if p.Algorithm() == ratelimit.TokenBucket && l.Burst > 0 {
-			quota = l.Burst
-		}
-		grace := time.Duration(float64(quota) / perSecond * float64(time.Second)) // what the last burst stands for
 		lim, err := ratelimit.New(st, p, ratelimit.WithIdentifiers(mustHeader("X-API-Key")))
 		if err != nil {
 			return err
@@ -373,7 +393,7 @@ func runMatrix(st *store.Redis, rc *redis.Client, version, where string, n int) 
 		all := &result{retryAfter: map[string]int{}}
 		got := 0.0
 		for _, c := range res {
-			got += float64(len(c.admitted)) / (c.span() + grace).Seconds()
+			got += c.periodRate(l.Period)
 			all.denied += c.denied
 			for v, k := range c.retryAfter {
 				all.retryAfter[v] += k
