@@ -357,7 +357,12 @@ local function refill(s, key, j, t, used, total, avail, ch, rem)
     bload(s, key, j, k - n, h)
     for b = k - n, h do
       local x = off + 1 + b % n1
-      if s[x] ~= 0 and (b ~= k - n or s[x + n1] > t - k * w) then return (b + n) * w + s[x + n1] - t end
+      if s[x] ~= 0 and (b ~= k - n or s[x + n1] > t - k * w) then
+        -- Past the edge and the next one, with quota left: where the one
+        -- after them could leave at the earliest (store/memory's refill).
+        if b > k - n + 1 and rem > 0 then return math.min((k + 2) * w - t, P[j + P_PERIOD]) end
+        return (b + n) * w + s[x + n1] - t
+      end
     end
     return P[j + P_PERIOD]
   elseif kind == K_TOKEN then

@@ -5,8 +5,9 @@
 -- in line, no resend and a clock that did not step back, when each limit's
 -- state is at hand (a log charged one unit, its chunks read whole). It
 -- decides and writes as the general path does, in one HMGET and one HSET
--- (and, when a sliding window's refill time needs sub-buckets it did not
--- read, one more HMGET), before any function of the general path is
+-- (and, when a sliding window's key skipped sub-buckets since its last
+-- charge, one more HMGET of those, to clear them), before any function of
+-- the general path is
 -- defined (defining them costs a call more than this path does). Any other
 -- call returns nil here, having written nothing, and goes on below.
 --
@@ -30,7 +31,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     local tm = redis.call('TIME')
     now = tm[1] * 1000000 + tm[2]
   end
-  local ttl, nl, ok, later = BAKED[Q_TTL], BAKED[Q_LIMITS], true, nil
+  local ttl, nl, ok = BAKED[Q_TTL], BAKED[Q_LIMITS], true
   -- The identity's fields: the last charge, the expiry, the resend IDs and
   -- the refund count; the penalty only under a policy that has one (only
   -- such a policy writes it, and a policy's keys are named after its
@@ -80,7 +81,6 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
   if ib and v[ib] and v[ib] ~= '0' and v[ib] + 0 > now then break end
   if iq and v[iq] and v[iq] ~= '' then break end
   if g and g ~= '0' then g = g + 0 else g = 0 end
-  local rx = sx - ttl * (1000 + XSLACK) -- when the key's expiry was last set (see the refill time)
   -- A new key (no charge, no expiry; at most a Reset's F_GEN) gets the
   -- identity's fields first, where every call finds them soonest: the
   -- write's first slots are kept for them.
@@ -104,7 +104,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
       -- them; all of them when the whole window lapsed. tot is then what
       -- sub-buckets k-n..h hold, the edge one's included.
       local n, off = BAKED[j + P_N], BAKED[j + P_HASH]
-      local n1, h, tot, cur, used = n + 1, (s1 - s1 % w) / w, 0, 0, 0
+      local n1, h, tot, cur, used, past = n + 1, (s1 - s1 % w) / w, 0, 0, 0, false
       if s1 ~= 0 and k - h <= 1 then
         tot, cur = (v[x] or 0) + 0, (v[x + 1] or 0) + 0
         if k > h then tot, cur = tot - cur, 0 end
@@ -143,29 +143,21 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         -- Else the oldest sub-bucket still counting is the first after the
         -- edge one, up to the last charge's, that holds cost: the next one,
         -- read with the edge one, when it holds cost (and was charged in
-        -- this round of the ring); else found below, once every limit
-        -- admitted, from what they hold (used) and a first guess of how far
-        -- back to read (see there).
+        -- this round of the ring). Past those two, with quota left, the
+        -- claim stops where the one after them could leave at the
+        -- earliest; with none left it is exact, which the general path
+        -- finds (counters.lua's refill).
         local nc = v[x + 4]
         if s1 ~= 0 and not counts and used > 0 and h >= k - n + 1 and nc and nc ~= '0' then
           -- The one after the edge holds cost (a busy key): it leaves first.
           refill = (k + 1) * w + (v[x + 5] or 0) - now
         elseif s1 ~= 0 and not counts and used > 0 then
-          local top, bot, rest, z = h, 0, used, (rx - rx % w) / w
-          if h == k then
-            top, rest = k - 1, used - cur
-            if rest == 0 then top = k end
-          end
-          bot = top - BACK + 1
-          if z < bot and z > k - n then bot = z end
-          if bot <= k - n then bot = k - n + 1 end
-          if not later then later = {} end
-          local y = #later
-          later[y + 1], later[y + 2], later[y + 3], later[y + 4] = RHEAD + 1 + KHEAD + RLIM * i + 4, top, bot, rest
-          later[y + 5], later[y + 6], later[y + 7], later[y + 8] = k, n, w, off
+          refill = (k + 2) * w - now
+          if refill > per then refill = per end
+          past = true
         end
       end
-      if used + cost > cap then
+      if used + cost > cap or past and used + cost == cap then
         ok = false
         break
       end
@@ -251,75 +243,6 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = rem, reset, 0, mark, refill
   end
   if not ok then break end
-  if later then
-    -- The refill time of the sliding windows whose oldest counting
-    -- sub-bucket is not the edge one (counters.lua's refill): the first
-    -- after it, up to the last charge's, that holds cost. What they hold
-    -- together is known (rest), so they are read from the newest back, in
-    -- one HMGET for all such limits, until what was read adds up to it:
-    -- the last one read that holds cost is the first. When the current
-    -- sub-bucket holds it all, it is the one, and only its latest
-    -- admission is read. The first HMGET reads back BACK sub-buckets, or
-    -- to the one of the charge that last set the key's expiry (rx: a young
-    -- key's first charge), whichever is older; each next one twice as many
-    -- as the last. Sums that do not add up (a hash this script did not
-    -- write) go to the general path. An entry of later: the refill's place
-    -- in out, the newest sub-bucket to read (false: done), the oldest, the
-    -- cost still to find, then k, n, w and the limit's first field.
-    local more = true
-    while more do
-      local gn, q = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}, 0
-      for y = 1, #later, 8 do
-        local top = later[y + 1]
-        if top then
-          local bot, k, n1, off = later[y + 2], later[y + 4], later[y + 5] + 1, later[y + 7]
-          if top == k then
-            gn[q + 1], q = NAMES[off + 1 + k % n1 + n1], q + 1
-          else
-            for c = top, bot, -1 do
-              local z = off + 1 + c % n1
-              gn[q + 1], gn[q + 2], q = NAMES[z], NAMES[z + n1], q + 2
-            end
-          end
-        end
-      end
-      local gv = gn
-      if q > 0 then gv = redis.call('HMGET', key, unpack(gn, 1, q)) end
-      q, more = 0, false
-      for y = 1, #later, 8 do
-        local top = later[y + 1]
-        if top then
-          local p, bot, rest, k, n, w = later[y], later[y + 2], later[y + 3], later[y + 4], later[y + 5], later[y + 6]
-          if top == k then
-            out[p], later[y + 1], q = (k + n) * w + (gv[q + 1] or 0) - now, false, q + 1
-          else
-            for c = top, bot, -1 do
-              local cc = gv[q + 1]
-              if rest > 0 and cc and cc ~= '0' then
-                rest = rest - cc
-                if rest <= 0 then
-                  out[p] = (c + n) * w + (gv[q + 2] or 0) - now
-                  if rest < 0 then ok = false end
-                end
-              end
-              q = q + 2
-            end
-            if rest <= 0 then
-              later[y + 1] = false
-            elseif bot <= k - n + 1 then
-              ok = false -- all read, and short
-            else
-              local next = bot - 2 * (top - bot + 1)
-              if next <= k - n then next = k - n + 1 end
-              later[y + 1], later[y + 2], later[y + 3], more = bot - 1, next, rest, true
-            end
-          end
-        end
-      end
-      if not ok then more = false end
-    end
-    if not ok then break end
-  end
   local ts = fmt('%d', now)
   if rid ~= '' then
     -- The resend ID joins the key's list (as resendrecord does, below);

@@ -80,16 +80,8 @@ var prelude = func() string {
 		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qHead))
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
 	line([]string{"XSLACK"}, num(expirySlack))
-	line([]string{"BACK"}, num(refillBack))
 	return b.String()
 }()
-
-// refillBack is how many sub-buckets of a sliding window the common call's
-// lean path reads first, from the last charge's back, when it looks for
-// the oldest one still counting (a refill time; lean.lua): enough for a
-// key charged in the last few sub-buckets, few enough that one charged
-// only in the latest does not pay for fields it does not need.
-const refillBack = 3
 
 // generic is the script for any policy: the call carries the policy.
 var generic = goredis.NewScript(prelude + "local BAKED, NAMES = nil, nil\n" + source)

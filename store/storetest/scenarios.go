@@ -41,6 +41,7 @@ var scenarios = []scenario{
 	{"RefundRaces", refundRaces, capabilities{refund: true}, false},
 	{"ExactUntilMaxSpanDate", exactUntilMaxSpanDate, capabilities{reserve: true, upTo: true, refund: true}, false},
 	{"ExpiryKeepsGuarantees", expiryKeepsGuarantees, capabilities{}, false},
+	{"SubBucketRefillClaims", subBucketRefillClaims, capabilities{}, false},
 }
 
 // Scenarios runs the named scenarios whose operations h's store
@@ -447,5 +448,42 @@ func expiryKeepsGuarantees(t *testing.T, h Harness) {
 				t.Fatalf("only %d admitted: the trace does not exercise the limit", total)
 			}
 		})
+	}
+}
+
+// subBucketRefillClaims pins what Decision.RefillAfter claims of a sliding
+// window in sub-buckets (10 of 100ms): exact when the oldest counting
+// sub-bucket is the edge one or the next, or when nothing remains; else,
+// with quota left, until the sub-bucket after those two could leave at the
+// earliest (a shorter claim, never a longer one).
+func subBucketRefillClaims(t *testing.T, h Harness) {
+	ms := time.Millisecond
+	big := ratelimit.MustParsePolicy("100/s", ratelimit.WithPrecision(10), ratelimit.Named("rfa"))
+	small := ratelimit.MustParsePolicy("2/s", ratelimit.WithPrecision(10), ratelimit.Named("rfb"))
+	base := t0.Truncate(time.Second).Add(time.Second) // a sub-bucket starts here
+	steps := []struct {
+		p      *ratelimit.Policy
+		key    string
+		at     time.Duration // from base
+		remain int64
+		refill time.Duration
+	}{
+		{big, "old", 50 * ms, 99, time.Second},   // nothing counted before: this charge leaves after Period
+		{big, "old", 550 * ms, 98, 150 * ms},     // oldest is sub-bucket 0, past the edge (-5) and the next (-4): until 700ms
+		{small, "old", 50 * ms, 1, time.Second},  // the same, on a limit of 2
+		{small, "old", 550 * ms, 0, 500 * ms},    // nothing remains: exact, sub-bucket 0 leaves at 1050ms
+		{big, "edge", 50 * ms, 99, time.Second},  //
+		{big, "edge", 1030 * ms, 98, 20 * ms},    // the edge sub-bucket (0) counts until 1050ms
+		{big, "next", 150 * ms, 99, time.Second}, //
+		{big, "next", 1050 * ms, 98, 100 * ms},   // the edge (0) is empty; the next (1) leaves at 1150ms
+	}
+	s, clk := h.start(t)
+	for i, st := range steps {
+		clk.Set(base.Add(st.at))
+		d := mustTake(t, s, st.p, 1, st.key)
+		if !d.Allowed || d.Remaining != st.remain || d.RefillAfter != st.refill {
+			t.Errorf("step %d (%s, key %q, at %v): allowed %v, remaining %d, refill %v; want allowed, %d, %v",
+				i, st.p.Name(), st.key, st.at, d.Allowed, d.Remaining, d.RefillAfter, st.remain, st.refill)
+		}
 	}
 }
