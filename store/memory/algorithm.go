@@ -187,13 +187,13 @@ func refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64
 	case layout.Buckets:
 		// The oldest sub-bucket still counting leaves first, whole; with
 		// none, what is charged now leaves after Period. When it is
-		// neither the edge one nor the next, and some of the quota
-		// remains, the claim stops where the one after those could leave
-		// at the earliest: the Redis store then knows it from the fields
-		// it reads anyway, where finding the oldest would take another
-		// read on every call of a key younger than its window. With
-		// nothing remaining, the claim is exact (a client told r=0 needs
-		// t).
+		// neither the edge one, the next nor the current one (whose
+		// latest admission is the last charge), and some of the quota
+		// remains, the claim stops where the one after the edge and the
+		// next could leave at the earliest: the Redis store knows those
+		// from the fields it reads anyway, where finding the oldest would
+		// take another read. With nothing remaining, the claim is exact
+		// (a client told r=0 needs t).
 		n1 := p.N + 1
 		kk, h := t/w, st[layout.MemTime]/w
 		if kk-h >= n1 {
@@ -203,7 +203,7 @@ func refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64
 		for b := kk - p.N; b <= h; b++ {
 			s := b % n1
 			if cnt[s] != 0 && (b != kk-p.N || lat[s] > t-kk*w) {
-				if b > kk-p.N+1 && rem > 0 {
+				if b > kk-p.N+1 && b != kk && rem > 0 {
 					return min((kk+2)*w-t, p.Period)
 				}
 				return (b+p.N)*w + lat[s] - t

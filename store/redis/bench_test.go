@@ -115,8 +115,8 @@ func BenchmarkRedisTake(b *testing.B) {
 // for the same calls, on a real redis-server: the Redis CPU each call
 // costs (INFO commandstats, "redis-µs/op", the figure batching cannot
 // hide), the HMGETs it runs ("hmget/op": 1, plus one when a sliding
-// window's refill time needs sub-buckets the first did not read, as in a
-// window charged only lately; more means the general path) and the calls
+// window's key skipped sub-buckets since its last charge, to clear them;
+// more means the general path) and the calls
 // a second at 64 callers. The rounds alternate, so that outside load falls
 // on both alike. Run with -benchtime 20000x.
 func BenchmarkCommonPath(b *testing.B) {

@@ -358,9 +358,10 @@ local function refill(s, key, j, t, used, total, avail, ch, rem)
     for b = k - n, h do
       local x = off + 1 + b % n1
       if s[x] ~= 0 and (b ~= k - n or s[x + n1] > t - k * w) then
-        -- Past the edge and the next one, with quota left: where the one
-        -- after them could leave at the earliest (store/memory's refill).
-        if b > k - n + 1 and rem > 0 then return math.min((k + 2) * w - t, P[j + P_PERIOD]) end
+        -- Past the edge and the next one, not the current one, with quota
+        -- left: where the one after the edge and the next could leave at
+        -- the earliest (store/memory's refill).
+        if b > k - n + 1 and b ~= k and rem > 0 then return math.min((k + 2) * w - t, P[j + P_PERIOD]) end
         return (b + n) * w + s[x + n1] - t
       end
     end

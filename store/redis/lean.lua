@@ -52,8 +52,8 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     f[m + 1] = NAMES[off]
     if kind == K_BUCKETS then
       -- The current sub-bucket's cost, the edge one's and the next one's
-      -- cost and latest admission (a refill time may need more: below). k
-      -- is floor(now / w), without a call.
+      -- cost and latest admission (a key that skipped sub-buckets needs
+      -- theirs too: below). k is floor(now / w), without a call.
       local w, n1 = BAKED[j + P_WIDTH], BAKED[j + P_N] + 1
       local k = (now - now % w) / w
       local a, e, c = off + 1 + k % n1, off + 1 + (k + 1) % n1, off + 1 + (k + 2) % n1
@@ -143,14 +143,18 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         -- Else the oldest sub-bucket still counting is the first after the
         -- edge one, up to the last charge's, that holds cost: the next one,
         -- read with the edge one, when it holds cost (and was charged in
-        -- this round of the ring). Past those two, with quota left, the
-        -- claim stops where the one after them could leave at the
-        -- earliest; with none left it is exact, which the general path
-        -- finds (counters.lua's refill).
+        -- this round of the ring); the current one when it holds all that
+        -- counts (a young key), its latest admission being the last
+        -- charge's. Past those, with quota left, the claim stops where the
+        -- one after the edge and the next could leave at the earliest; with
+        -- none left it is exact, which the general path finds (counters.lua's
+        -- refill).
         local nc = v[x + 4]
         if s1 ~= 0 and not counts and used > 0 and h >= k - n + 1 and nc and nc ~= '0' then
           -- The one after the edge holds cost (a busy key): it leaves first.
           refill = (k + 1) * w + (v[x + 5] or 0) - now
+        elseif s1 ~= 0 and not counts and used > 0 and h == k and used == cur then
+          refill = s1 + per - now
         elseif s1 ~= 0 and not counts and used > 0 then
           refill = (k + 2) * w - now
           if refill > per then refill = per end

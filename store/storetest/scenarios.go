@@ -453,9 +453,9 @@ func expiryKeepsGuarantees(t *testing.T, h Harness) {
 
 // subBucketRefillClaims pins what Decision.RefillAfter claims of a sliding
 // window in sub-buckets (10 of 100ms): exact when the oldest counting
-// sub-bucket is the edge one or the next, or when nothing remains; else,
-// with quota left, until the sub-bucket after those two could leave at the
-// earliest (a shorter claim, never a longer one).
+// sub-bucket is the edge one, the next or the current one, or when nothing
+// remains; else, with quota left, until the one after the edge and the next
+// could leave at the earliest (a shorter claim, never a longer one).
 func subBucketRefillClaims(t *testing.T, h Harness) {
 	ms := time.Millisecond
 	big := ratelimit.MustParsePolicy("100/s", ratelimit.WithPrecision(10), ratelimit.Named("rfa"))
@@ -469,7 +469,8 @@ func subBucketRefillClaims(t *testing.T, h Harness) {
 		refill time.Duration
 	}{
 		{big, "old", 50 * ms, 99, time.Second},   // nothing counted before: this charge leaves after Period
-		{big, "old", 550 * ms, 98, 150 * ms},     // oldest is sub-bucket 0, past the edge (-5) and the next (-4): until 700ms
+		{big, "old", 80 * ms, 98, 970 * ms},      // the current sub-bucket (0) holds all that counts: exact, it leaves at 1050ms
+		{big, "old", 550 * ms, 97, 150 * ms},     // oldest is sub-bucket 0, past the edge (-5) and the next (-4): until 700ms
 		{small, "old", 50 * ms, 1, time.Second},  // the same, on a limit of 2
 		{small, "old", 550 * ms, 0, 500 * ms},    // nothing remains: exact, sub-bucket 0 leaves at 1050ms
 		{big, "edge", 50 * ms, 99, time.Second},  //
