@@ -94,11 +94,11 @@ type Decision struct {
 	// bucket with places in line (Limiter.Wait) released later: a charge
 	// made before such a release need not lower what the limit admits. A
 	// sliding window in sub-buckets with Remaining above 0 whose oldest
-	// counting sub-bucket is neither the edge one nor the next claims
-	// less, never more: until the one after those could leave at the
-	// earliest (knowing the oldest would cost the Redis store another read
-	// on every call of a key younger than its window); with Remaining 0 the
-	// claim is exact.
+	// counting sub-bucket is neither the edge one, the next nor the
+	// current one claims less, never more: until the one after the edge
+	// and the next could leave at the earliest (knowing the oldest would
+	// cost the Redis store another read); with Remaining 0 the claim is
+	// exact.
 	RefillAfter time.Duration
 	// RetryAfter is how long until a request of the same cost could be
 	// admitted, if nothing more is charged: 0 when allowed, Never when the
