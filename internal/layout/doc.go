@@ -16,7 +16,8 @@
 //	Buckets  the sum of the ring, then N+1 sub-bucket costs, then N+1
 //	         offsets of each sub-bucket's latest admission within it (a
 //	         ring indexed by bucket % (N+1)); a sub-bucket stops counting
-//	         one Period after its latest admission
+//	         one Period after its latest admission (in Redis, a sub-bucket's
+//	         cost and offset share its field, joined by BucketSep)
 //	Log      the ring's oldest slot, then Capacity slots: the times of the
 //	         last Capacity units of cost charged up to MemTime, oldest
 //	         first from that slot (in Redis, packed 16 digits each, Chunk

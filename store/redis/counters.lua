@@ -79,22 +79,44 @@ end
 -- time of the last charge; s.block, s.blocklim, s.expiry, s.resends,
 -- s.gen the other identity fields; numbered fields from F_FIRST the
 -- limits' own, as numbers, except a log's chunks (strings of 16-digit
--- times; false when the field does not exist); s.qa, s.qc, s.h the
--- pending reservations. A limit's parameters are P[j + P_*], j its base.
+-- times; false when the field does not exist) and a sub-bucket's field x,
+-- which holds its cost and latest admission (BSEP between them): s[x] is
+-- the cost, s[-x] the offset; s.qa, s.qc, s.h the pending reservations.
+-- A limit's parameters are P[j + P_*], j its base.
+
+-- bdecode sets s[x] and s[-x] to the cost and latest admission of the
+-- sub-bucket whose field x holds v (nil or '0': none).
+local function bdecode(s, x, v)
+  if not v or v == '0' then
+    s[x], s[-x] = 0, 0
+    return
+  end
+  local p = find(v, BSEP, 1, true)
+  s[x], s[-x] = tonumber(sub(v, 1, p - 1)), tonumber(sub(v, p + 1))
+end
+
+-- bencode is the field of a sub-bucket that holds cost c, its latest
+-- admission at offset l.
+local function bencode(c, l)
+  if c == 0 then return '0' end
+  return fmt('%d' .. BSEP .. '%d', c, l)
+end
 
 -- fields appends to f, from index m + 1, the fields a call reads up front
 -- for every limit at time now: a sub-bucket ring's sum and the cost and
 -- latest admission of the current and the next sub-bucket; a log's oldest
--- slot and, when it has few, its chunks (marked in ch: kept as strings); a
--- window's or a bucket's own fields. It returns the new m; other fields are
--- read on demand.
+-- slot and, when it has few, its chunks (marked true in ch: kept as
+-- strings); a sub-bucket's one field (marked 'b' in ch: decoded by
+-- bdecode); a window's or a bucket's own fields. It returns the new m;
+-- other fields are read on demand.
 local function fields(f, ch, m, now)
   for j = 0, STRIDE * (NL - 1), STRIDE do
     local kind, off = P[j + P_KIND], P[j + P_HASH]
     if kind == K_BUCKETS then
       local n1, kb = P[j + P_N] + 1, floor(now / P[j + P_WIDTH])
       local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
-      f[m + 1], f[m + 2], f[m + 3], f[m + 4], f[m + 5], m = off, a, a + n1, b, b + n1, m + 5
+      f[m + 1], f[m + 2], f[m + 3], m = off, a, b, m + 3
+      ch[m - 1], ch[m] = 'b', 'b'
     elseif kind == K_LOG then
       f[m + 1], m = off, m + 1
       local nch = ceil(P[j + P_CAP] / P[j + P_CHUNK])
@@ -112,7 +134,7 @@ local function fields(f, ch, m, now)
   return m
 end
 
--- bload loads the cost and latest-admission fields of buckets from..to.
+-- bload loads the fields of sub-buckets from..to.
 local function bload(s, key, j, from, to)
   local off, n1 = P[j + P_HASH], P[j + P_N] + 1
   local f, m = nil, 0
@@ -120,12 +142,12 @@ local function bload(s, key, j, from, to)
     local x = off + 1 + b % n1
     if s[x] == nil then
       if not f then f = {} end
-      f[m + 1], f[m + 2], m = x, x + n1, m + 2
+      f[m + 1], m = x, m + 1
     end
   end
   if m == 0 then return end
   local v = redis.call('HMGET', key, unpack(f))
-  for i = 1, m do s[f[i]] = tonumber(v[i]) or 0 end
+  for i = 1, m do bdecode(s, f[i], v[i]) end
 end
 
 -- lslot returns the time of the i-th oldest slot of a log.
@@ -245,7 +267,7 @@ local function evaluate(s, key, j, t, c)
       for b = h + 1, k do total = total - s[off + 1 + b % n1] end
       used = total
       local es = off + 1 + (k + 1) % n1
-      if s[es] ~= 0 and s[es + n1] <= t - k * w then used = used - s[es] end
+      if s[es] ~= 0 and s[-es] <= t - k * w then used = used - s[es] end
     end
     avail = cap - used
     if c > cap then
@@ -255,10 +277,10 @@ local function evaluate(s, key, j, t, c)
       local need, freed = used + c - cap, 0
       for b = k - n, h do
         local x = off + 1 + b % n1
-        if s[x] ~= 0 and not (b == k - n and s[x + n1] <= t - k * w) then
+        if s[x] ~= 0 and not (b == k - n and s[-x] <= t - k * w) then
           freed = freed + s[x]
           if freed >= need then
-            retry = (b + n) * w + s[x + n1] - t
+            retry = (b + n) * w + s[-x] - t
             break
           end
         end
@@ -317,8 +339,8 @@ local function report(s, key, j, t, used, total, avail, ch)
     bload(s, key, j, k - n, h)
     for b = h, k - n, -1 do
       local x = off + 1 + b % n1
-      if s[x] ~= 0 and not (b == k - n and s[x + n1] <= t - k * w) then
-        return rem, (b + n) * w + s[x + n1] - t
+      if s[x] ~= 0 and not (b == k - n and s[-x] <= t - k * w) then
+        return rem, (b + n) * w + s[-x] - t
       end
     end
   elseif kind == K_FIXED then
@@ -357,12 +379,12 @@ local function refill(s, key, j, t, used, total, avail, ch, rem)
     bload(s, key, j, k - n, h)
     for b = k - n, h do
       local x = off + 1 + b % n1
-      if s[x] ~= 0 and (b ~= k - n or s[x + n1] > t - k * w) then
+      if s[x] ~= 0 and (b ~= k - n or s[-x] > t - k * w) then
         -- Past the edge and the next one, not the current one, with quota
         -- left: where the one after the edge and the next could leave at
         -- the earliest (store/memory's refill).
         if b > k - n + 1 and b ~= k and rem > 0 then return math.min((k + 2) * w - t, P[j + P_PERIOD]) end
-        return (b + n) * w + s[x + n1] - t
+        return (b + n) * w + s[-x] - t
       end
     end
     return P[j + P_PERIOD]
@@ -477,16 +499,16 @@ local function charge(s, key, j, t, used, total, c, out, o)
     for b = lo, k - 1 do
       local x = off + 1 + b % n1
       if s[x] ~= 0 then
-        s[x], s[x + n1] = 0, 0
-        out[o], out[o + 1], out[o + 2], out[o + 3], o = x, 0, x + n1, 0, o + 4
+        s[x], s[-x] = 0, 0
+        out[o], out[o + 1], o = x, '0', o + 2
       end
     end
     local x = off + 1 + k % n1
     if k > h then s[x] = 0 else bload(s, key, j, k, k) end
-    s[x] = s[x] + c
-    out[o], out[o + 1], out[o + 2], out[o + 3] = x, s[x], x + n1, t - k * w
-    out[o + 4], out[o + 5] = off, total + c
-    return o + 6
+    s[x], s[-x] = s[x] + c, t - k * w
+    out[o], out[o + 1] = x, bencode(s[x], s[-x])
+    out[o + 2], out[o + 3] = off, total + c
+    return o + 4
   elseif kind == K_FIXED then
     out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
     return o + 4

@@ -19,10 +19,10 @@
 -- digits into numbers by arithmetic (half the cost of tonumber) and only
 -- when they are not '0', and sizes its tables up front.
 
--- BUCKET_READS: the fields read per sliding window limit: its sum, the
--- current sub-bucket's cost, then the edge one's and the next one's cost
--- and latest admission.
-local BUCKET_READS = 6
+-- BUCKET_READS: the fields read per sliding window limit: its sum, then
+-- the current, the edge and the next sub-bucket's field (each a cost and
+-- a latest admission, BSEP between them; '0' when cleared).
+local BUCKET_READS = 4
 if OP == 'f' and BAKED then repeat -- a break falls through to the general path
   local key, cost, rid = KEYS[1], ARGV[3] + 0, ARGV[4]
   if cost < 1 or byte(rid, 1) == 33 then break end -- 33: '!', a resend
@@ -32,6 +32,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     now = tm[1] * 1000000 + tm[2]
   end
   local ttl, nl, ok = BAKED[Q_TTL], BAKED[Q_LIMITS], true
+  local BFMT = '%d' .. BSEP .. '%d' -- a sub-bucket's field
   -- The identity's fields: the last charge, the expiry, the resend IDs and
   -- the refund count; the penalty only under a policy that has one (only
   -- such a policy writes it, and a policy's keys are named after its
@@ -51,13 +52,12 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     local kind, off = BAKED[j + P_KIND], BAKED[j + P_HASH]
     f[m + 1] = NAMES[off]
     if kind == K_BUCKETS then
-      -- The current sub-bucket's cost, the edge one's and the next one's
-      -- cost and latest admission (a key that skipped sub-buckets needs
-      -- theirs too: below). k is floor(now / w), without a call.
+      -- The current sub-bucket's field, the edge one's and the next one's
+      -- (a key that skipped sub-buckets needs theirs too: below). k is
+      -- floor(now / w), without a call.
       local w, n1 = BAKED[j + P_WIDTH], BAKED[j + P_N] + 1
       local k = (now - now % w) / w
-      local a, e, c = off + 1 + k % n1, off + 1 + (k + 1) % n1, off + 1 + (k + 2) % n1
-      f[m + 2], f[m + 3], f[m + 4], f[m + 5], f[m + 6], m = NAMES[a], NAMES[e], NAMES[e + n1], NAMES[c], NAMES[c + n1], m + 6
+      f[m + 2], f[m + 3], f[m + 4], m = NAMES[off + 1 + k % n1], NAMES[off + 1 + (k + 1) % n1], NAMES[off + 1 + (k + 2) % n1], m + 4
     elseif kind == K_LOG then
       local chunks = ceil(BAKED[j + P_CAP] / BAKED[j + P_CHUNK])
       if cost ~= 1 or chunks > 8 then
@@ -105,34 +105,40 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
       -- sub-buckets k-n..h hold, the edge one's included.
       local n, off = BAKED[j + P_N], BAKED[j + P_HASH]
       local n1, h, tot, cur, used, past = n + 1, (s1 - s1 % w) / w, 0, 0, 0, false
+      local cs = v[x + 1]
+      if cs and cs ~= '0' then cur = sub(cs, 1, find(cs, BSEP, 1, true) - 1) + 0 end
       if s1 ~= 0 and k - h <= 1 then
-        tot, cur = (v[x] or 0) + 0, (v[x + 1] or 0) + 0
+        tot = (v[x] or 0) + 0
         if k > h then tot, cur = tot - cur, 0 end
       elseif s1 ~= 0 and k - h < n1 then
-        tot = (v[x] or 0) - (v[x + 1] or 0)
+        tot, cur = (v[x] or 0) - cur, 0
         local gn = {}
         for q = h + 1, k - 1 do gn[q - h] = NAMES[off + 1 + q % n1] end
         local gv = redis.call('HMGET', key, unpack(gn))
         for q = h + 1, k - 1 do
           local c = gv[q - h]
           if c and c ~= '0' then
-            tot = tot - c
-            wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = gn[q - h], '0', NAMES[off + 1 + q % n1 + n1], '0', o + 4
+            tot = tot - sub(c, 1, find(c, BSEP, 1, true) - 1)
+            wr[o], wr[o + 1], o = gn[q - h], '0', o + 2
           end
         end
       elseif s1 ~= 0 then
         local e = v[x + 2]
         for q = k - n, k - 1 do
-          local c = off + 1 + q % n1
-          if q > k - n or e and e ~= '0' then wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = NAMES[c], '0', NAMES[c + n1], '0', o + 4 end
+          if q > k - n or e and e ~= '0' then wr[o], wr[o + 1], o = NAMES[off + 1 + q % n1], '0', o + 2 end
         end
+        cur = 0
+      else
+        cur = 0
       end
       refill = per
       if s1 == 0 or k - h < n1 then
         used = tot
         local edge, counts = v[x + 2], false
         if edge and edge ~= '0' then
-          local elat = (v[x + 3] or 0) + 0
+          local p = find(edge, BSEP, 1, true)
+          local elat = sub(edge, p + 1) + 0
+          edge = sub(edge, 1, p - 1) + 0
           if elat <= now - k * w then
             used = used - edge
           elseif s1 ~= 0 then
@@ -149,10 +155,10 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         -- one after the edge and the next could leave at the earliest; with
         -- none left it is exact, which the general path finds (counters.lua's
         -- refill).
-        local nc = v[x + 4]
+        local nc = v[x + 3]
         if s1 ~= 0 and not counts and used > 0 and h >= k - n + 1 and nc and nc ~= '0' then
           -- The one after the edge holds cost (a busy key): it leaves first.
-          refill = (k + 1) * w + (v[x + 5] or 0) - now
+          refill = (k + 1) * w + sub(nc, find(nc, BSEP, 1, true) + 1) - now
         elseif s1 ~= 0 and not counts and used > 0 and h == k and used == cur then
           refill = s1 + per - now
         elseif s1 ~= 0 and not counts and used > 0 then
@@ -166,7 +172,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         break
       end
       rem = cap - used - cost
-      wr[o], wr[o + 1], wr[o + 2], wr[o + 3], wr[o + 4], wr[o + 5], o = f[x], fmt('%d', tot + cost), f[x + 1], fmt('%d', cur + cost), NAMES[off + 1 + k % n1 + n1], fmt('%d', now - k * w), o + 6
+      wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x], fmt('%d', tot + cost), f[x + 1], fmt(BFMT, cur + cost, now - k * w), o + 4
       x = x + BUCKET_READS
     elseif kind == K_LOG then
       -- The units that stopped counting by now are the oldest: a search

@@ -15,7 +15,7 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
       if back > c then back = c end
       if back > 0 then
         s[x], s[off] = s[x] - back, s[off] - back
-        out[o], out[o + 1], out[o + 2], out[o + 3], o = x, s[x], off, s[off], o + 4
+        out[o], out[o + 1], out[o + 2], out[o + 3], o = x, bencode(s[x], s[-x]), off, s[off], o + 4
       end
     end
   elseif kind == K_FIXED then
@@ -79,10 +79,14 @@ if OP == 'r' then
   local cost = tonumber(ARGV[3])
   local base = 4
   if BAKED then policy(BAKED, 1) else base = policy(ARGV, 4) end
+  -- The fields kept as they are (a log's chunks, true) or decoded by
+  -- bdecode (a sub-bucket's, 'b').
   local chunk = {}
   for j = 0, STRIDE * (NL - 1), STRIDE do
     if P[j + P_KIND] == K_LOG then
       for c = 1, ceil(P[j + P_CAP] / P[j + P_CHUNK]) do chunk[P[j + P_HASH] + c] = true end
+    elseif P[j + P_KIND] == K_BUCKETS then
+      for b = 1, P[j + P_N] + 1 do chunk[P[j + P_HASH] + b] = 'b' end
     end
   end
   local done = 0
@@ -105,7 +109,7 @@ if OP == 'r' then
       for i = 1, #raw, 2 do
         local f, v = raw[i], raw[i + 1]
         local fn = tonumber(f)
-        if fn and chunk[fn] then s[fn] = v elseif fn then s[fn] = tonumber(v) elseif f == F_PENDING then q = v elseif f == F_GEN then s.gen = tonumber(v) end
+        if fn and chunk[fn] == 'b' then bdecode(s, fn, v) elseif fn and chunk[fn] then s[fn] = v elseif fn then s[fn] = tonumber(v) elseif f == F_PENDING then q = v elseif f == F_GEN then s.gen = tonumber(v) end
       end
       s[I_TIME], s.gen = s[I_TIME] or 0, s.gen or 0
       pending(s, q)
@@ -128,8 +132,11 @@ if OP == 'r' then
       else
         for j = 0, STRIDE * (NL - 1), STRIDE do
           local kind, off, n = P[j + P_KIND], P[j + P_HASH], 0
-          if kind == K_BUCKETS then n = 2 * (P[j + P_N] + 1) elseif kind == K_FIXED then n = 1 elseif kind == K_APPROX then n = 2 end
+          if kind == K_BUCKETS then n = P[j + P_N] + 1 elseif kind == K_FIXED then n = 1 elseif kind == K_APPROX then n = 2 end
           for f = off, off + n do s[f] = s[f] or 0 end
+          if kind == K_BUCKETS then
+            for f = off + 1, off + n do s[-f] = s[-f] or 0 end
+          end
         end
         local w, o = {}, 1
         for i = 0, NL - 1 do o = refund(s, key, STRIDE * i, now, at, cost, tonumber(ARGV[m + 2 + i]), s.gen == gen, w, o) end

@@ -80,6 +80,7 @@ var prelude = func() string {
 		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qHead))
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
 	line([]string{"XSLACK"}, num(expirySlack))
+	line([]string{"BSEP"}, quote(layout.BucketSep))
 	return b.String()
 }()
 
@@ -160,7 +161,7 @@ func leanFields(nums []int64) int64 {
 		end := p(layout.PHash)
 		switch layout.Kind(p(layout.PKind)) {
 		case layout.Buckets:
-			end += 2 * (p(layout.PN) + 1) // each sub-bucket's cost and latest admission
+			end += p(layout.PN) + 1 // each sub-bucket's cost and latest admission (layout.BucketSep)
 		case layout.Log:
 			end += (p(layout.PCapacity) + p(layout.PChunk) - 1) / p(layout.PChunk)
 		case layout.Fixed:

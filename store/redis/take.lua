@@ -78,7 +78,13 @@ local function read(key, fs, now)
   end
   local s = {}
   for i = #fs + 1, m do
-    if ch[i] then s[f[i]] = v[i] or false else s[f[i]] = tonumber(v[i]) or 0 end
+    if ch[i] == 'b' then
+      bdecode(s, f[i], v[i])
+    elseif ch[i] then
+      s[f[i]] = v[i] or false
+    else
+      s[f[i]] = tonumber(v[i]) or 0
+    end
   end
   return s, v, flag
 end
