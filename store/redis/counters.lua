@@ -99,7 +99,7 @@ end
 -- admission at offset l.
 local function bencode(c, l)
   if c == 0 then return '0' end
-  return fmt('%d' .. BSEP .. '%d', c, l)
+  return fmt(BFMT, c, l)
 end
 
 -- fields appends to f, from index m + 1, the fields a call reads up front

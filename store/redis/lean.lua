@@ -32,7 +32,6 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
     now = tm[1] * 1000000 + tm[2]
   end
   local ttl, nl, ok = BAKED[Q_TTL], BAKED[Q_LIMITS], true
-  local BFMT = '%d' .. BSEP .. '%d' -- a sub-bucket's field
   -- The identity's fields: the last charge, the expiry, the resend IDs and
   -- the refund count; the penalty only under a policy that has one (only
   -- such a policy writes it, and a policy's keys are named after its
@@ -85,7 +84,9 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
   -- identity's fields first, where every call finds them soonest: the
   -- write's first slots are kept for them.
   local fresh = not (v[1] or v[2])
-  local out = {1, now, cost, 0, 0, 1, now, g, 0, 0, 0, 0, 0}
+  -- The reply, sized up front for four limits (a table that grows is
+  -- copied each time it doubles; the nils end it where its limits do).
+  local out = {1, now, cost, 0, 0, 1, now, g, 0, 0, 0, 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
   local wr = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
   local o, x = 1, first -- the write's next index, the field read next
   if fresh then

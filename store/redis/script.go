@@ -80,7 +80,7 @@ var prelude = func() string {
 		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qHead))
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
 	line([]string{"XSLACK"}, num(expirySlack))
-	line([]string{"BSEP"}, quote(layout.BucketSep))
+	line([]string{"BSEP", "BFMT"}, quote(layout.BucketSep, "%d"+layout.BucketSep+"%d"))
 	return b.String()
 }()
 

@@ -14,8 +14,9 @@
 -- number I_TIME, the numbers RIDLEN, RIDN, QLEN, MAXQ, EPOCH, MAXREP, and
 -- RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
 -- and of a limit's part; the policy header's positions Q_* and size QHEAD;
--- the expiry slack XSLACK and BSEP, which joins a sub-bucket's cost and
--- latest admission in its one field) and the line "local BAKED, NAMES = ...": nil,
+-- the expiry slack XSLACK; BSEP, which joins a sub-bucket's cost and
+-- latest admission in its one field, and BFMT, the format of that field)
+-- and the line "local BAKED, NAMES = ...": nil,
 -- nil, or the policy as data (the numbers the unbaked script reads from
 -- ARGV) and the names of its hash fields from 1 on ('1', '2', ...;
 -- NAMES[x] is nm(x), for the lean path).
