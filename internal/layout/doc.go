@@ -6,7 +6,7 @@
 // these names in its prelude) read it.
 //
 // The state of one identity under one policy is a flat array of integers
-// (in Redis, a hash of the same numbers) and a short list of pending
+// (in Redis, a hash of the same numbers, but for a sub-bucket's two in one field) and a short list of pending
 // reservations. First come the identity's fields: the time of the last
 // charge (MemTime, HashTime); the end of a penalty (MemBlock) and the
 // limit it reports (MemBlockLimit); the refund count and Reset epoch

@@ -84,7 +84,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
   -- identity's fields first, where every call finds them soonest: the
   -- write's first slots are kept for them.
   local fresh = not (v[1] or v[2])
-  -- The reply, sized up front for four limits (a table that grows is
+  -- The reply, sized up front for five limits (a table that grows is
   -- copied each time it doubles; the nils end it where its limits do).
   local out = {1, now, cost, 0, 0, 1, now, g, 0, 0, 0, 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
   local wr = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}

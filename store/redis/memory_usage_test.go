@@ -1,8 +1,10 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,11 +15,11 @@ import (
 )
 
 // TestRealMemoryPerIdentity measures MEMORY USAGE (SAMPLES 0: every field)
-// of one identity's key for "10/s, 120/m, 240/h" under each algorithm, with
-// every field of its layout written (the worst case: every sub-bucket of a
-// sliding-window limit, every slot of a log); the default must stay within
-// 1 KB. Then the sliding log's key at rates 10, 100 and 1000, for its bytes
-// per unit of rate.
+// of one identity's key for "10/s, 120/m, 240/h" under each algorithm, busy:
+// every slot of a log written, and every sub-bucket of a sliding-window
+// limit holding cost (those its rate lets hold cost at once), with a resend
+// ID recorded; the default must stay within 1 KB. Then the sliding log's
+// key at rates 10, 100 and 1000, for its bytes per unit of rate.
 func TestRealMemoryPerIdentity(t *testing.T) {
 	srv := redistest.StartServer(t)
 	client := srv.Client(t)
@@ -38,6 +40,7 @@ func TestRealMemoryPerIdentity(t *testing.T) {
 				t.Fatalf("%s: denied at %v", what, at.Sub(t0))
 			}
 		}
+		busy := 0 // sub-buckets charged
 		// Logs first: as many admissions as the largest log has slots,
 		// each a whole longest period after the last, so each is admitted
 		// and every slot of every log is written. (Two at least, so the
@@ -54,16 +57,23 @@ func TestRealMemoryPerIdentity(t *testing.T) {
 			take(fmt.Sprintf("log slot %d", i))
 			at = at.Add(p.MaxPeriod() + time.Second)
 		}
-		// Then every sub-bucket: steps of n+2 sub-buckets visit the n+1
-		// ring slots of a limit in turn, slowly enough to be admitted, and
-		// leave each with a cost and an admission time (not zeros).
-		for li, l := range lim {
+		// Then the sub-buckets, the widest limit's first: a charge in each
+		// of n+1 consecutive sub-buckets of a limit leaves every slot of its
+		// ring holding cost and an admission time, and the steps of a
+		// narrower limit stay within about one sub-bucket of a wider one. A
+		// charge its rate (or another limit's) refuses is skipped.
+		order := slices.Clone(lim)
+		slices.SortStableFunc(order, func(a, b layout.Limit) int { return cmp.Compare(b.Width, a.Width) })
+		for _, l := range order {
 			if l.Kind != layout.Buckets {
 				continue
 			}
 			for b := int64(0); b <= l.N; b++ {
-				take(fmt.Sprintf("limit %d sub-bucket %d", li, b))
-				at = at.Add(time.Duration(l.Width*(l.N+2)) * time.Microsecond)
+				clk.Set(at)
+				if mustTake(t, s, p, 1, id).Allowed {
+					busy++
+				}
+				at = at.Add(time.Duration(l.Width) * time.Microsecond)
 			}
 		}
 		key := redisKey(DefaultPrefix, p.ID(), id)
@@ -76,7 +86,7 @@ func TestRealMemoryPerIdentity(t *testing.T) {
 			t.Fatal(err)
 		}
 		enc, _ := client.ObjectEncoding(ctx, key).Result()
-		t.Logf("%-44s %4d bytes (%d hash fields, %s; %d numbers in the memory store)", p.ID(), n, fields, enc, nf)
+		t.Logf("%-44s %4d bytes (%d hash fields, %s; %d numbers in the memory store; %d sub-buckets charged)", p.ID(), n, fields, enc, nf, busy)
 		return n
 	}
 
