@@ -1,5 +1,5 @@
--- counters.lua: the policy, resend IDs, places in line and the counters
--- of every algorithm, one limit at a time (see script.lua).
+-- counters.lua: the policy, places in line and the counters of every
+-- algorithm, one limit at a time (see script.lua).
 
 -- The policy, baked or from ARGV from index a (its header at the
 -- positions Q_*, then STRIDE numbers per limit); a is then past it.
@@ -11,46 +11,6 @@ local function policy(src, a)
   P = {}
   for i = 1, STRIDE * NL do P[i] = tonumber(src[h + QHEAD + i]) end
   return a + QHEAD + STRIDE * NL
-end
-
--- Resend IDs. Every call carries an ID (RIDLEN characters) that go-redis
--- writes again, prefixed with '!' and followed by the call's horizon (µs;
--- 0: none), when it sends the call again after losing its reply
--- (resend.go). A key's field F_RESENDS holds, after 16 digits of the time
--- its last ID was pushed out, the IDs of its last RIDN charges.
-local RESEND_LOST = 'RESEND ratelimit: a resent call found no record of its first run (more charges of its key came between than the key remembers); nothing was charged'
-
--- resend splits the resend ID argument: the ID, whether this is a resend,
--- and the horizon within which its first run ran.
-local function resend(arg)
-  if sub(arg, 1, 1) ~= '!' then return arg, false, 0 end
-  return sub(arg, 2, RIDLEN + 1), true, tonumber(sub(arg, RIDLEN + 2)) or 0
-end
-
--- resendfound reports whether d lists the ID rid.
-local function resendfound(d, rid)
-  if not d or rid == '' then return false end
-  local q = find(d, rid, 17, true)
-  while q and (q - 17) % RIDLEN ~= 0 do q = find(d, rid, q + 1, true) end
-  return q ~= nil
-end
-
--- resendlost reports whether d may have pushed out an ID charged within
--- horizon of now (any time, for horizon 0).
-local function resendlost(d, now, horizon)
-  if not d then return false end
-  local pt = tonumber(sub(d, 1, 16)) or 0
-  return pt > 0 and (horizon == 0 or pt >= now - horizon)
-end
-
--- resendrecord returns d with rid added, the oldest ID pushed out (and the
--- time noted) when it holds RIDN already.
-local function resendrecord(d, rid, now)
-  local pt, ids = ZERO16, ''
-  if d then pt, ids = sub(d, 1, 16), sub(d, 17) end
-  ids = ids .. rid
-  if #ids > RIDLEN * RIDN then ids, pt = sub(ids, RIDLEN + 1), fmt('%016d', now) end
-  return pt .. ids
 end
 
 -- Pending reservations: s.qa, s.qc their release times and costs, in

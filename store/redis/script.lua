@@ -1,8 +1,8 @@
 -- The Redis store's one script: take (decide and charge a request for every
 -- key, all or nothing), refund (undo one charge) and reset (forget an
 -- identity). Its source is this opening and, after it, lean.lua (the lean
--- path of the common call), reset.lua, counters.lua, refund.lua and
--- take.lua, joined by script.go. It mirrors the memory store (store/memory), the reference:
+-- path of the common call), reset.lua, resend.lua, counters.lua, refund.lua
+-- and take.lua, joined by script.go. It mirrors the memory store (store/memory), the reference:
 -- the same state, laid out as internal/layout names it, the same integer
 -- arithmetic (microseconds; the approximation's one weighted product in
 -- IEEE doubles, computed in the same order), the same order of decisions.
