@@ -63,8 +63,8 @@ local function bencode(c, l)
 end
 
 -- fields appends to f, from index m + 1, the fields a call reads up front
--- for every limit at time now: a sub-bucket ring's sum and the cost and
--- latest admission of the current and the next sub-bucket; a log's oldest
+-- for every limit at time now: a sub-bucket ring's sum and the fields of
+-- the current sub-bucket, the next (the edge one) and the one after; a log's oldest
 -- slot and, when it has few, its chunks (marked true in ch: kept as
 -- strings); a sub-bucket's one field (marked 'b' in ch: decoded by
 -- bdecode); a window's or a bucket's own fields. It returns the new m;
@@ -77,6 +77,11 @@ local function fields(f, ch, m, now)
       local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
       f[m + 1], f[m + 2], f[m + 3], m = off, a, b, m + 3
       ch[m - 1], ch[m] = 'b', 'b'
+      if n1 > 2 then
+        -- The one after the edge one, which refill reads (with one
+        -- sub-bucket it is the current one).
+        f[m + 1], ch[m + 1], m = off + 1 + (kb + 2) % n1, 'b', m + 1
+      end
     elseif kind == K_LOG then
       f[m + 1], m = off, m + 1
       local nch = ceil(P[j + P_CAP] / P[j + P_CHUNK])
@@ -336,6 +341,29 @@ local function refill(s, key, j, t, used, total, avail, ch, rem)
     local n, off = P[j + P_N], P[j + P_HASH]
     local n1, h = n + 1, floor(s[I_TIME] / w)
     if k - h >= n1 then return P[j + P_PERIOD] end
+    if rem > 0 then
+      -- The loop below would stop at the edge sub-bucket, the one after
+      -- it or the current one, or else at the first of those between,
+      -- which makes the capped claim: so their costs, which total holds
+      -- (sub-buckets k-n..h), say which without reading those between.
+      bload(s, key, j, k - n, k - n + 1)
+      local e, x = off + 1 + (k - n) % n1, off + 1 + (k - n + 1) % n1
+      if s[e] ~= 0 and s[-e] > t - k * w then return k * w + s[-e] - t end
+      local between = total - s[e]
+      if k - n + 1 <= h then
+        if s[x] ~= 0 then return (k + 1) * w + s[-x] - t end
+        between = between - s[x]
+      end
+      local cur = 0
+      if h == k and n > 1 then cur = off + 1 + k % n1 end
+      if cur ~= 0 then
+        bload(s, key, j, k, k) -- read up front unless t is not the call's now
+        between = between - s[cur]
+      end
+      if between > 0 then return math.min((k + 2) * w - t, P[j + P_PERIOD]) end
+      if cur ~= 0 and s[cur] ~= 0 then return (k + n) * w + s[-cur] - t end
+      return P[j + P_PERIOD]
+    end
     bload(s, key, j, k - n, h)
     for b = k - n, h do
       local x = off + 1 + b % n1
