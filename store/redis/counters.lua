@@ -1,6 +1,19 @@
 -- counters.lua: the policy, places in line and the counters of every
 -- algorithm, one limit at a time (see script.lua).
 
+-- nm names the numbered hash field x: its digits, made without a printf
+-- (Redis would turn a number argument into digits with a costlier one) or
+-- a call to floor.
+local char = string.char
+local function nm(x)
+  if x < 10 then return char(48 + x) end
+  if x < 100 then
+    local u = x % 10
+    return char(48 + (x - u) / 10, 48 + u)
+  end
+  return fmt('%d', x)
+end
+
 -- The policy, baked or from ARGV from index a (its header at the
 -- positions Q_*, then STRIDE numbers per limit); a is then past it.
 local TTL, NL, BLOCK, IDTTL, RES, P

@@ -19,7 +19,7 @@
 -- and the line "local BAKED, NAMES = ...": nil,
 -- nil, or the policy as data (the numbers the unbaked script reads from
 -- ARGV) and the names of its hash fields from 1 on ('1', '2', ...;
--- NAMES[x] is nm(x), for the lean path).
+-- NAMES[x] is nm(x) of counters.lua, for the lean path).
 --
 -- ARGV[1] is the operation:
 --   't' take. ARGV: now (µs; 0 = Redis TIME), cost, mode ('1': grant up to
@@ -46,17 +46,3 @@
 local tonumber, floor, ceil, fmt, sub, find, byte = tonumber, math.floor, math.ceil, string.format, string.sub, string.find, string.byte
 local ZERO16 = '0000000000000000'
 local OP = ARGV[1]
-
--- nm names the numbered hash field x: its digits, made without a printf
--- (Redis would turn a number argument into digits with a costlier one) or
--- a call to floor.
-local char = string.char
-local function nm(x)
-  if x < 10 then return char(48 + x) end
-  if x < 100 then
-    local u = x % 10
-    return char(48 + (x - u) / 10, 48 + u)
-  end
-  return fmt('%d', x)
-end
-
