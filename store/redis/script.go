@@ -17,7 +17,7 @@ import (
 // first argument.
 const (
 	opTake   = "t"
-	opFast   = "f" // a take of one key, no request ID, a plain Take
+	opFast   = "f" // a plain Take with no request ID
 	opRefund = "r"
 	opReset  = "x"
 )

@@ -25,9 +25,9 @@
 --   't' take. ARGV: now (µs; 0 = Redis TIME), cost, mode ('1': grant up to
 --       cost), max delay (µs; > 0 reserves), resend ID ('' none; see
 --       resend below), has ID ('1'), then the policy unless baked.
---   'f' take, the common call: one key, no request ID, a plain take.
---       ARGV: now, cost, resend ID, then the policy unless baked. It
---       replies as 't' does, by a leaner path.
+--   'f' take, the common call: no request ID, a plain take. ARGV: now,
+--       cost, resend ID, then the policy unless baked. It replies as 't'
+--       does, by a leaner path.
 --       KEYS: one hash per identity; then, when the request has an ID,
 --       one ID record (a hash: n repeats, e expiry µs, v the first answer)
 --       per identity. Reply: {allowed, now, granted, release, flags (2: a

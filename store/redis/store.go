@@ -40,8 +40,9 @@ var _ storekit.Complete = (*Store)(nil)
 // sees each get a copy of it with the policy's numbers given as data, so a
 // call carries only its own arguments; Redis keeps one such copy per
 // distinct policy. Later policies share the generic copy, which takes the
-// policy as arguments. Within the script, the common call (one key, no
-// request ID, a plain Take) takes a leaner path that reads fewer fields.
+// policy as arguments. Within the script, the common call (a plain Take
+// with no request ID, on one key or several) takes a leaner path that
+// reads fewer fields.
 //
 // Redis ≥ 5 is required (scripts replicated by effects). A Redis is safe
 // to share with other data: keys are namespaced by the prefix.

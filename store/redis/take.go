@@ -58,7 +58,7 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 	if !r.cluster || len(keys) == 1 {
 		script, all := prep.script, append(keys, idKeys...)
 		var args []any
-		if len(keys) == 1 && idKeys == nil && !o.UpTo && o.MaxDelay == 0 && !r.general {
+		if idKeys == nil && !o.UpTo && o.MaxDelay == 0 && !r.general {
 			args = append([]any{opFast, now, o.Cost, r.resendID(ctx)}, prep.tail...)
 		} else {
 			args = prep.takeArgs(now, o, r.resendID(ctx), idKeys != nil)

@@ -89,8 +89,9 @@ local function read(key, fs, now)
   return s, v, flag
 end
 
--- Take: 't' any call, 'f' the common call (one key, no request ID, a
--- plain take), which carries fewer arguments and takes a leaner path.
+-- Take: 't' any call, 'f' the common call (no request ID, a plain take),
+-- which carries fewer arguments; on one key it takes a leaner path here,
+-- on several the general path below.
 local cost, upto, maxd, hasid, rid, resent, horizon
 if OP == 'f' then
   cost, upto, maxd, hasid = tonumber(ARGV[3]), false, 0, false
@@ -104,8 +105,8 @@ end
 local c1 = cost
 if c1 == 0 then c1 = 1 end
 
-if OP == 'f' then
-  -- The common call, leaner: one key, no request ID, a plain take. It
+if OP == 'f' and #KEYS == 1 then
+  -- The common call on one key, leaner: no request ID, a plain take. It
   -- reads the penalty's limit only while a penalty runs, the pending
   -- reservations only under a policy that reserves, and replies as the
   -- general path below does.
