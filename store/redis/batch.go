@@ -11,7 +11,7 @@ import (
 // DefaultBatching is the number of calls a store keeps on the wire at once
 // before later calls start sharing pipelines (see WithBatching). It is on by
 // default for a single Redis or Sentinel.
-const DefaultBatching = 8
+const DefaultBatching = 4
 
 // WithBatching sets how concurrent Takes share round trips. A call that
 // finds fewer than inFlight calls on the wire is sent at once, on its own
@@ -22,7 +22,7 @@ const DefaultBatching = 8
 // request and raises throughput (see the README's benchmarks). Every Take
 // still returns by its own context's deadline.
 //
-// Batching is on by default, with inFlight DefaultBatching (8); 0 or less
+// Batching is on by default, with inFlight DefaultBatching (4); 0 or less
 // turns it off (one command per Take, each on its own pooled connection).
 // It applies to a single Redis or Sentinel; with a *goredis.ClusterClient or
 // a *goredis.Ring it is off, since a pipeline over several nodes returns only
