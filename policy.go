@@ -190,9 +190,13 @@ type Policy struct {
 	given     []Limit       // as given to newPolicy, for With
 	block     time.Duration // BlockFor; 0: none
 	// id identifies the policy's counters in a store: its name and a
-	// fingerprint of its algorithm and limits, so that a changed definition
-	// never reads counters laid out for another.
+	// fingerprint of what lays them out (see newPolicy), so that a changed
+	// rate keeps the counters where their layout allows and a changed
+	// layout never reads counters laid out for another.
 	id string
+	// def is the name and a fingerprint of the whole definition, rates
+	// included: what a cached answer must match (store/denycache).
+	def string
 	// layout is how the stores count the policy (internal/layout).
 	layout  *layout.Policy
 	header  string // the RateLimit-Policy value, built once
@@ -238,12 +242,21 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 	p.given = append([]Limit(nil), limits...)
 	seen := make(map[time.Duration]int, len(limits))
 	names := make(map[string]int, len(limits))
-	// The fingerprint covers everything that decides how counters are laid
-	// out and read; the layout version changes whenever the stores lay
-	// counters out differently, so an upgraded library never reads an
-	// older layout.
-	fp := sha256.New()
+	// The ID's fingerprint (fp) covers everything that decides how the
+	// counters are laid out and what they mean: the algorithm, the
+	// penalty and each limit's period, kind and sub-buckets, and the
+	// layout version, which changes whenever the stores lay counters out
+	// differently, so an upgraded library never reads an older layout.
+	// It leaves out a Rate whose counts mean the same under any rate (a
+	// window's or a sub-bucket's cost): policies that differ only there
+	// share their counters, and each checks them against its own rates.
+	// A log (its ring holds Rate times) and a token bucket (its time is
+	// counted in emission intervals, Period / Rate) keep their capacity
+	// and interval in it. The definition's fingerprint (df) covers every
+	// number.
+	fp, df := sha256.New(), sha256.New()
 	fmt.Fprintf(fp, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
+	fmt.Fprintf(df, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
 	lay := make([]layout.Limit, len(limits))
 	for i := range p.limits {
 		l := &p.limits[i]
@@ -341,10 +354,16 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 			p.minRate = capacity
 		}
 		lay[i] = layout.Limit{Kind: counter, Capacity: capacity, Width: width, N: buckets, Period: period}
-		fmt.Fprintf(fp, "|%d/%d/%d/%d/%d", l.Rate, period, counter, buckets, burst)
+		fmt.Fprintf(df, "|%d/%d/%d/%d/%d", l.Rate, period, counter, buckets, burst)
+		if counter == layout.Log || counter == layout.Token {
+			fmt.Fprintf(fp, "|%d/%d/%d/%d/%d", capacity, period, counter, buckets, width)
+		} else {
+			fmt.Fprintf(fp, "|%d/%d/%d", period, counter, buckets)
+		}
 	}
 	p.layout = layout.Compile(lay, block.Microseconds(), ExactRateMax)
 	p.id = name + ":" + hex.EncodeToString(fp.Sum(nil)[:8])
+	p.def = name + ":" + hex.EncodeToString(df.Sum(nil)[:8])
 	p.header = string(appendPolicyHeader(nil, p.limits, alg == TokenBucket))
 	return p, nil
 }
@@ -384,8 +403,15 @@ func (p *Policy) NumLimits() int { return len(p.limits) }
 func (p *Policy) Limit(i int) Limit { return p.limits[i] }
 
 // ID returns the identity of the policy's counters in a store: the name
-// and a fingerprint of the algorithm and limits. Two policies with the same
-// ID share counters; changing a policy's limits changes its ID.
+// and a fingerprint of how they are laid out. Two policies with the same
+// ID share counters, each checking them against its own limits: a policy
+// that differs from another of its name only in a Rate of a FixedWindow,
+// a SlidingWindowApprox or a SlidingWindow above ExactRateMax (or with a
+// Precision) shares its ID, so changing such a rate keeps what was used.
+// Any other change (an algorithm, a period, a precision, a penalty, or a
+// rate or burst of a SlidingLog, a TokenBucket or a SlidingWindow up to
+// ExactRateMax) changes the ID, and the new policy starts with fresh
+// counters.
 func (p *Policy) ID() string { return p.id }
 
 // MaxCost returns the largest cost a single request can ever be admitted

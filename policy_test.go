@@ -110,11 +110,14 @@ func TestPolicyDefaults(t *testing.T) {
 }
 
 // TestPolicyIDs: the fingerprint in a policy's ID is 64 bits, so policies
-// that differ in any way that matters to their counters never share them:
-// "18305/1h" and "63142/1h" (both named api) collided under the 32-bit
-// fingerprint of an earlier version.
+// whose counters are laid out or read differently never share them
+// ("18305/1h" and "63142/1h" token buckets, both named api, collided under
+// the 32-bit fingerprint of an earlier version); policies of one name that
+// differ only in a rate whose counts mean the same under any rate share
+// them (see Policy.ID).
 func TestPolicyIDs(t *testing.T) {
-	a, b := MustParsePolicy("18305/1h", Named("api")), MustParsePolicy("63142/1h", Named("api"))
+	tb := WithAlgorithm(TokenBucket)
+	a, b := MustParsePolicy("18305/1h", Named("api"), tb), MustParsePolicy("63142/1h", Named("api"), tb)
 	if a.ID() == b.ID() {
 		t.Fatalf("18305/1h and 63142/1h share the ID %q", a.ID())
 	}
@@ -122,7 +125,7 @@ func TestPolicyIDs(t *testing.T) {
 	if len(fp) != 16 {
 		t.Fatalf("ID %q: fingerprint of %d hex digits, want 16 (64 bits)", a.ID(), len(fp))
 	}
-	// Near-identical policies: every pair differs.
+	// Near-identical layouts: every pair differs.
 	seen := map[string]string{}
 	add := func(desc string, p *Policy) {
 		if prev, dup := seen[p.ID()]; dup {
@@ -131,15 +134,40 @@ func TestPolicyIDs(t *testing.T) {
 		seen[p.ID()] = desc
 	}
 	for rate := int64(1); rate <= 2000; rate++ {
-		add(fmt.Sprintf("%d/h", rate), MustParsePolicy(fmt.Sprintf("%d/h", rate), Named("api")))
+		add(fmt.Sprintf("%d/h token bucket", rate), MustParsePolicy(fmt.Sprintf("%d/h", rate), Named("api"), tb))
+	}
+	for rate := int64(1); rate <= ExactRateMax; rate++ {
+		add(fmt.Sprintf("%d/m (a log)", rate), MustParsePolicy(fmt.Sprintf("%d/m", rate), Named("api")))
 	}
 	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, SlidingLog, SlidingWindowApprox} {
 		add("100/m "+alg.String(), MustParsePolicy("100/m", Named("api"), WithAlgorithm(alg)))
 	}
 	add("100/m precision 5", MustParsePolicy("100/m", Named("api"), WithPrecision(5)))
-	add("100/m burst 7", MustParsePolicy("100/m", Named("api"), WithAlgorithm(TokenBucket), WithBurst(7)))
+	add("100/m burst 7", MustParsePolicy("100/m", Named("api"), tb, WithBurst(7)))
 	add("100/m block 1m", MustParsePolicy("100/m", Named("api"), BlockFor(time.Minute)))
 	add("100/m, 5/s", MustParsePolicy("100/m, 5/s", Named("api")))
+	add("100/2m", MustParsePolicy("100/2m", Named("api")))
+
+	// Rates whose counts mean the same under any rate: one ID per layout.
+	for i, c := range []struct {
+		a, b string
+		opts []PolicyOption
+	}{
+		{"100/m", "1000/m", nil}, // sub-buckets, both above ExactRateMax
+		{"10/m, 100/h", "20/m, 500/h", []PolicyOption{WithAlgorithm(FixedWindow)}},
+		{"40/m", "30/m", []PolicyOption{WithAlgorithm(SlidingWindowApprox)}},
+		{"10/m", "20/m", []PolicyOption{WithPrecision(6)}},
+		{"100/m, 5000/h", "120/m, 9000/h", nil},
+	} {
+		pa := MustParsePolicy(c.a, append([]PolicyOption{Named("api")}, c.opts...)...)
+		pb := MustParsePolicy(c.b, append([]PolicyOption{Named("api")}, c.opts...)...)
+		if pa.ID() != pb.ID() {
+			t.Errorf("step %d: %s and %s have the IDs %q and %q, want one", i, pa, pb, pa.ID(), pb.ID())
+		}
+		if pa.def == pb.def {
+			t.Errorf("step %d: %s and %s share the definition %q", i, pa, pb, pa.def)
+		}
+	}
 }
 
 // TestBlockForOption: BlockFor is validated and kept; With(BlockFor(d))

@@ -171,6 +171,7 @@ func (r Receipt) policy() *Policy {
 
 func init() {
 	bridge.Layout = func(p any) *layout.Policy { return p.(*Policy).layout }
+	bridge.Definition = func(p any) string { return p.(*Policy).def }
 	bridge.NewReceipt = func(p any, keys []string, cost int64, marks []int64) any {
 		return Receipt{&receipt{policy: p.(*Policy), keys: keys, cost: cost, marks: marks}}
 	}

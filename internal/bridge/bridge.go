@@ -17,6 +17,9 @@ import (
 var (
 	// Layout returns the layout of a *ratelimit.Policy.
 	Layout func(policy any) *layout.Policy
+	// Definition returns the name and a fingerprint of a
+	// *ratelimit.Policy's whole definition, rates included.
+	Definition func(policy any) string
 	// NewReceipt returns the ratelimit.Receipt of a charge of cost,
 	// under a *ratelimit.Policy, for keys, with the store's marks.
 	NewReceipt func(policy any, keys []string, cost int64, marks []int64) any

@@ -75,7 +75,13 @@ type denial struct {
 	at         time.Time
 	wait, hold time.Duration
 	cost       int64
-	d          ratelimit.Decision // with Key and Limits[].Key set to 0 (this key)
+	// def is the policy's definition (storekit.Definition): policies of
+	// one ID share the key's counters, but a denial under one's rates is
+	// no answer under another's. A key keeps one denial, the latest:
+	// while two rates take turns on a key (a rolling deploy), each asks
+	// the store.
+	def string
+	d   ratelimit.Decision // with Key and Limits[].Key set to 0 (this key)
 }
 
 // base orders the deny cache's entries for eviction (the one that expires
@@ -152,7 +158,7 @@ func (c *Cache) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 // lookup answers req from a cached denial of one of its keys.
 func (c *Cache) lookup(req ratelimit.Request) (ratelimit.Decision, bool) {
 	now := c.now()
-	pid := req.Policy.ID()
+	pid, def := req.Policy.ID(), storekit.Definition(req.Policy)
 	for ki, k := range req.Keys {
 		sh := c.shard(k)
 		mk := shardmap.KeyOf(pid, k)
@@ -167,7 +173,7 @@ func (c *Cache) lookup(req ratelimit.Request) (ratelimit.Decision, bool) {
 			}
 		}
 		var d ratelimit.Decision
-		hit := ok && req.Cost == e.cost
+		hit := ok && req.Cost == e.cost && e.def == def
 		if hit {
 			d = e.replay(elapsed, ki)
 		}
@@ -214,7 +220,7 @@ func (c *Cache) forget(pid string, keys []string) {
 // remember caches a denial for the key that caused it.
 func (c *Cache) remember(req ratelimit.Request, d ratelimit.Decision) {
 	now := c.now()
-	e := &denial{at: now, wait: d.RetryAfter, hold: min(d.RetryAfter, c.maxHold), cost: req.Cost, d: d}
+	e := &denial{at: now, wait: d.RetryAfter, hold: min(d.RetryAfter, c.maxHold), cost: req.Cost, def: storekit.Definition(req.Policy), d: d}
 	e.d.Key = 0
 	e.d.Receipt = ratelimit.Receipt{}
 	e.d.Limits = make([]ratelimit.LimitStatus, len(d.Limits))

@@ -299,3 +299,67 @@ func TestDenyCachePenaltyStarts(t *testing.T) {
 		}
 	}
 }
+
+// TestDenyCacheRateChange: policies of one name that differ only in a
+// rate share their counters (ratelimit.Policy.ID), but a denial under one
+// rate is no answer under another: after 100/m is spent and denied (and
+// the denial cached), 200/m of the same name is asked of the store and
+// admits the 100 it has left; then its own denial is cached. The cache
+// keeps one denial a key: rates taking turns on a key each ask the store.
+func TestDenyCacheRateChange(t *testing.T) {
+	ctx := context.Background()
+	var clk clock
+	clk.Set(t0)
+	inner := &countingStore{Store: memory.New(memory.WithClock(clk.Now))}
+	c := New(inner, WithClock(clk.Now), WithMaxHold(time.Hour))
+	low, high := ratelimit.MustParsePolicy("100/m", ratelimit.Named("plan")), ratelimit.MustParsePolicy("200/m", ratelimit.Named("plan"))
+	if low.ID() != high.ID() {
+		t.Fatalf("100/m and 200/m of one name have the IDs %q and %q, want one", low.ID(), high.ID())
+	}
+	take := func(p *ratelimit.Policy) ratelimit.Decision {
+		t.Helper()
+		d, err := c.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"tenant"}, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for i := 0; i < 100; i++ {
+		if !take(low).Allowed {
+			t.Fatalf("step %d: 100/m denied before its 100th", i)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if take(low).Allowed {
+			t.Fatalf("step %d: 100/m admitted its 101st", i)
+		}
+	}
+	calls := inner.calls.Load()
+	for i := 0; i < 100; i++ {
+		if d := take(high); !d.Allowed {
+			t.Fatalf("step %d: 200/m denied (%+v) with %d of its 200 used: the cache answered with 100/m's denial", i, d, 100+i)
+		}
+	}
+	if got := inner.calls.Load() - calls; got != 100 {
+		t.Fatalf("200/m's 100 admissions made %d store calls, want 100", got)
+	}
+	if take(high).Allowed {
+		t.Fatal("200/m admitted its 201st")
+	}
+	calls = inner.calls.Load()
+	for i := 0; i < 5; i++ {
+		if take(high).Allowed {
+			t.Fatalf("step %d: 200/m admitted past its limit", i)
+		}
+	}
+	if got := inner.calls.Load() - calls; got != 0 {
+		t.Fatalf("repeated denials under 200/m made %d store calls, want 0 (its denial cached)", got)
+	}
+	// Two rates taking turns on one identity (a rolling deploy): one
+	// cached denial a key, so each asks the store, and both are denied.
+	for i := 0; i < 5; i++ {
+		if take(low).Allowed || take(high).Allowed {
+			t.Fatalf("step %d: admitted past both limits", i)
+		}
+	}
+}

@@ -45,6 +45,14 @@ type Charge struct {
 	Marks  []int64
 }
 
+// Definition returns the name of p and a fingerprint of its whole
+// definition, every rate included. Policies of one ID share their
+// counters but may differ in their rates (see ratelimit.Policy.ID): a
+// store that keeps answers rather than counters (a cache of denials)
+// keys them by Definition, so that an answer under one rate is never
+// given under another.
+func Definition(p *ratelimit.Policy) string { return bridge.Definition(p) }
+
 // NewReceipt returns the Receipt of a charge of cost, under p, for keys
 // (which it keeps: do not modify them), with the store's marks.
 func NewReceipt(p *ratelimit.Policy, keys []string, cost int64, marks []int64) ratelimit.Receipt {
