@@ -14,7 +14,11 @@ import (
 // through the memory store on one clock, and requires identical decisions,
 // field by field, at every step (and, with h.Marks, identical receipts).
 // Every third trace is one of the guarantee checker's crowded lines of
-// reservations, partial grants and refunds on several keys.
+// reservations, partial grants and refunds on several keys. In every
+// other trace the definition changes mid-trace, back and forth: runs of
+// steps go out under a policy of the same name with other rates (see
+// rerated), which shares the counters or starts its own as Policy.ID
+// says.
 func Equivalence(t *testing.T, h Harness) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -27,7 +31,18 @@ func Equivalence(t *testing.T, h Harness) {
 				} else {
 					trace = randomTrace(rng, p, 16)
 				}
-				replay(t, h, p, trace, n)
+				alt := p
+				if n%2 == 0 {
+					alt = rerated(rng, p)
+					on := false
+					for i := range trace {
+						if rng.IntN(4) == 0 {
+							on = !on
+						}
+						trace[i].rerated = on
+					}
+				}
+				replay(t, h, p, alt, trace, n)
 			}
 		})
 	}
@@ -35,8 +50,8 @@ func Equivalence(t *testing.T, h Harness) {
 
 // replay runs one trace through a new store of h and the memory store,
 // requiring identical decisions at every step (n names the trace in
-// failures).
-func replay(t *testing.T, h Harness, p *ratelimit.Policy, trace []step, n int) {
+// failures); its steps marked rerated go out under alt.
+func replay(t *testing.T, h Harness, p, alt *ratelimit.Policy, trace []step, n int) {
 	t.Helper()
 	s, clk := h.start(t)
 	trace = capsOf(s).fit(trace, h.OneKey)
@@ -45,6 +60,10 @@ func replay(t *testing.T, h Harness, p *ratelimit.Policy, trace []step, n int) {
 	memR, gotR := make([]ratelimit.Receipt, len(trace)), make([]ratelimit.Receipt, len(trace))
 	for i, st := range trace {
 		clk.Set(t0.Add(st.at))
+		p := p
+		if st.rerated {
+			p = alt
+		}
 		want, err := apply(ctx, mem, p, st, memR)
 		if err != nil {
 			t.Fatal(err)

@@ -42,6 +42,8 @@ var scenarios = []scenario{
 	{"ExactUntilMaxSpanDate", exactUntilMaxSpanDate, capabilities{reserve: true, upTo: true, refund: true}, false},
 	{"ExpiryKeepsGuarantees", expiryKeepsGuarantees, capabilities{}, false},
 	{"SubBucketRefillClaims", subBucketRefillClaims, capabilities{}, false},
+	{"RateChangeKeepsCounters", rateChangeKeepsCounters, capabilities{}, false},
+	{"TwoRatesNeverExceedTheLarger", twoRatesNeverExceedTheLarger, capabilities{}, false},
 }
 
 // Scenarios runs the named scenarios whose operations h's store
@@ -398,7 +400,7 @@ func exactUntilMaxSpanDate(t *testing.T, h Harness) {
 		{at: at + 2*year, keys: []string{"k"}, cost: 2, op: opUpTo},
 	}
 	for i, p := range policies {
-		t.Run(p.Name(), func(t *testing.T) { replay(t, h, p, trace, i) })
+		t.Run(p.Name(), func(t *testing.T) { replay(t, h, p, p, trace, i) })
 	}
 }
 

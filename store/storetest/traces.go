@@ -56,6 +56,7 @@ type step struct {
 	maxDelay time.Duration // opReserve
 	ref      int           // opRefund: the step whose receipt is refunded
 	id       string        // Request.ID
+	rerated  bool          // under the trace's policy of other rates (see rerated)
 }
 
 // randomPolicy draws a small policy: rates low enough that traces hit the
@@ -95,6 +96,33 @@ func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 		}
 	}
 	return p
+}
+
+// rerated returns a policy of p's name, algorithm, periods, precisions
+// and penalty, with other rates (and bursts): of one ID with p where the
+// rates' counts mean the same under any rate, else of another (a log's or
+// a token bucket's), as a plan change or a rolling deploy makes.
+func rerated(rng *rand.Rand, p *ratelimit.Policy) *ratelimit.Policy {
+	limits := p.Limits()
+	for i := range limits {
+		l := &limits[i]
+		if l.Rate > ratelimit.ExactRateMax {
+			l.Rate = ratelimit.ExactRateMax + 1 + int64(rng.IntN(40))
+		} else {
+			l.Rate = int64(1 + rng.IntN(8))
+		}
+		if p.Algorithm() == ratelimit.TokenBucket && rng.IntN(2) == 0 {
+			l.Burst = 0 // the new rate
+		}
+	}
+	q, err := ratelimit.NewPolicy(p.Name(), p.Algorithm(), limits...)
+	if err == nil && p.BlockFor() > 0 {
+		q, err = q.With(ratelimit.BlockFor(p.BlockFor()))
+	}
+	if err != nil {
+		panic(err)
+	}
+	return q
 }
 
 // randomTrace draws steps whose clock advances by amounts around the

@@ -1,0 +1,154 @@
+package storetest
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// rateChangeKeepsCounters: a policy that differs from another of its name
+// only in a rate whose counts mean the same under any rate (a fixed or an
+// approximated window's, a sub-bucket's) shares its counters: the new rate
+// applies to what was used, up or down, and a denial's RetryAfter is when
+// the new rate admits again. A change of layout (a log's rate, up to
+// ExactRateMax) starts the new policy's counters afresh, as Policy.ID
+// says.
+func rateChangeKeepsCounters(t *testing.T, h Harness) {
+	fixed := ratelimit.WithAlgorithm(ratelimit.FixedWindow)
+	approx := ratelimit.WithAlgorithm(ratelimit.SlidingWindowApprox)
+	for i, c := range []struct {
+		from, to string
+		opts     []ratelimit.PolicyOption
+		used     int64 // charged under from, one unit at a time
+		admits   int64 // then admitted under to, at the same instant
+		fresh    bool  // a new layout: to starts afresh, from keeps its own
+	}{
+		{"100/m", "200/m", nil, 100, 100, false},
+		{"200/m", "100/m", nil, 150, 0, false},
+		{"100/m", "150/m", nil, 60, 90, false},
+		{"10/m", "20/m", []ratelimit.PolicyOption{fixed}, 10, 10, false},
+		{"20/m", "10/m", []ratelimit.PolicyOption{fixed}, 15, 0, false},
+		{"40/m", "80/m", []ratelimit.PolicyOption{approx}, 40, 40, false},
+		{"80/m", "40/m", []ratelimit.PolicyOption{approx}, 50, 0, false},
+		{"10/m", "20/m", []ratelimit.PolicyOption{ratelimit.WithPrecision(6)}, 10, 10, false},
+		{"10/m", "20/m", nil, 10, 20, true}, // logs of 10 and 20 times: a new layout
+	} {
+		s, clk := h.start(t)
+		opts := append([]ratelimit.PolicyOption{ratelimit.Named("api")}, c.opts...)
+		from := ratelimit.MustParsePolicy(c.from, opts...)
+		to := ratelimit.MustParsePolicy(c.to, opts...)
+		// At the start of a minute, so that every window holds all charges.
+		at := t0.Truncate(time.Minute).Add(time.Minute)
+		clk.Set(at)
+		for j := int64(0); j < c.used; j++ {
+			if d := mustTake(t, s, from, 1, "tenant"); !d.Allowed {
+				t.Fatalf("step %d: %s denied charge %d of %d: %+v", i, from, j+1, c.used, d)
+			}
+		}
+		var n int64
+		var denied ratelimit.Decision
+		for {
+			d := mustTake(t, s, to, 1, "tenant")
+			if !d.Allowed {
+				denied = d
+				break
+			}
+			n++
+			if n > 1000 {
+				t.Fatalf("step %d: %s admits without end after %d on %s", i, to, c.used, from)
+			}
+		}
+		if n != c.admits {
+			t.Errorf("step %d: after %d charges on %s, %s admitted %d more at once, want %d", i, c.used, from, to, n, c.admits)
+		}
+		if d := mustTake(t, s, from, 0, "tenant"); c.fresh && d.Remaining != 0 {
+			t.Errorf("step %d: %s's counters lost its %d charges: %d remaining", i, from, c.used, d.Remaining)
+		}
+		// A client that waits the denial's RetryAfter is admitted.
+		if denied.RetryAfter <= 0 {
+			t.Fatalf("step %d: %s's denial says no RetryAfter: %+v", i, to, denied)
+		}
+		clk.Set(at.Add(denied.RetryAfter))
+		if d := mustTake(t, s, to, 1, "tenant"); !d.Allowed {
+			t.Errorf("step %d: %s denied again after its RetryAfter %v: %+v", i, to, denied.RetryAfter, d)
+		}
+	}
+}
+
+// twoRatesNeverExceedTheLarger: two servers running two rates of one named
+// policy (a rolling deploy, a plan change on one of them) take turns on
+// one identity, at random times over several periods; no window of the
+// policy's period ever holds more admissions than the larger rate, checked
+// by brute force over the admission times (aligned windows for the fixed
+// and the approximated window, whose guarantee is per aligned window).
+func twoRatesNeverExceedTheLarger(t *testing.T, h Harness) {
+	for _, c := range []struct {
+		alg        ratelimit.Algorithm
+		low, high  string
+		most       int64
+		aligned    bool
+		precisions []ratelimit.PolicyOption
+	}{
+		{ratelimit.SlidingWindow, "100/m", "120/m", 120, false, nil},
+		{ratelimit.SlidingWindow, "10/m", "12/m", 12, false, []ratelimit.PolicyOption{ratelimit.WithPrecision(6)}},
+		{ratelimit.FixedWindow, "10/m", "12/m", 12, true, nil},
+		{ratelimit.SlidingWindowApprox, "40/m", "48/m", 48, true, nil},
+	} {
+		t.Run(c.alg.String()+" "+c.low+" "+c.high, func(t *testing.T) {
+			opts := append([]ratelimit.PolicyOption{ratelimit.Named("plan"), ratelimit.WithAlgorithm(c.alg)}, c.precisions...)
+			low, high := ratelimit.MustParsePolicy(c.low, opts...), ratelimit.MustParsePolicy(c.high, opts...)
+			if low.ID() != high.ID() {
+				t.Fatalf("%s and %s do not share counters: IDs %q and %q", low, high, low.ID(), high.ID())
+			}
+			s, clk := h.start(t)
+			rng := rand.New(rand.NewPCG(uint64(c.alg)+41, uint64(c.most)))
+			period := time.Minute.Microseconds()
+			at := int64(0)
+			var admitted []int64
+			for i := 0; i < 600; i++ {
+				// Bursts and pauses: most steps a few ms apart, some 10s.
+				at += 1 + rng.Int64N(2000)
+				if rng.IntN(20) == 0 {
+					at += rng.Int64N(10_000_000)
+				}
+				clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
+				p := low
+				if i%2 == 1 {
+					p = high
+				}
+				if d := mustTake(t, s, p, 1, "tenant"); d.Allowed {
+					admitted = append(admitted, at)
+				}
+			}
+			worst := int64(0)
+			for i, a := range admitted {
+				from, to := a, a+period
+				if c.aligned {
+					abs := t0.UnixMicro() + a
+					from = a - (abs % period)
+					to = from + period
+				}
+				n := int64(0)
+				for _, b := range admitted[i:] {
+					if b >= to {
+						break
+					}
+					n++
+				}
+				for j := i - 1; j >= 0 && admitted[j] >= from; j-- {
+					n++
+				}
+				worst = max(worst, n)
+			}
+			if worst > c.most {
+				t.Fatalf("%d admitted within one window of %s, want at most %d (the larger rate)", worst, time.Duration(period)*time.Microsecond, c.most)
+			}
+			if worst < c.most {
+				t.Fatalf("at most %d admitted within one window: the trace never filled the larger rate (%d); it checks nothing", worst, c.most)
+			}
+			t.Logf("%d admitted of 600 over %s; at most %d in one window", len(admitted), time.Duration(at)*time.Microsecond, worst)
+		})
+	}
+}
