@@ -250,10 +250,13 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 	// It leaves out a Rate whose counts mean the same under any rate (a
 	// window's or a sub-bucket's cost): policies that differ only there
 	// share their counters, and each checks them against its own rates.
-	// A log (its ring holds Rate times) and a token bucket (its time is
-	// counted in emission intervals, Period / Rate) keep their capacity
-	// and interval in it. The definition's fingerprint (df) covers every
-	// number.
+	// A log's rate is left out too: its ring holds Rate times, and a
+	// policy of another rate lays it out anew for its own (keeping the
+	// newest times, which is exact: see internal/layout's LogPointerBase).
+	// A token bucket keeps its capacity and interval in it: its time is
+	// counted in emission intervals (Period / Rate), and its key must
+	// outlive Burst of them. The definition's fingerprint (df) covers
+	// every number.
 	fp, df := sha256.New(), sha256.New()
 	fmt.Fprintf(fp, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
 	fmt.Fprintf(df, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
@@ -354,8 +357,16 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 			p.minRate = capacity
 		}
 		lay[i] = layout.Limit{Kind: counter, Capacity: capacity, Width: width, N: buckets, Period: period}
+		if counter == layout.Log {
+			// The largest log a policy of this ID can have: a SlidingWindow
+			// keeps a log up to ExactRateMax, a SlidingLog up to MaxLogRate.
+			lay[i].MaxCapacity = ExactRateMax
+			if alg == SlidingLog {
+				lay[i].MaxCapacity = MaxLogRate
+			}
+		}
 		fmt.Fprintf(df, "|%d/%d/%d/%d/%d", l.Rate, period, counter, buckets, burst)
-		if counter == layout.Log || counter == layout.Token {
+		if counter == layout.Token {
 			fmt.Fprintf(fp, "|%d/%d/%d/%d/%d", capacity, period, counter, buckets, width)
 		} else {
 			fmt.Fprintf(fp, "|%d/%d/%d", period, counter, buckets)
@@ -404,14 +415,15 @@ func (p *Policy) Limit(i int) Limit { return p.limits[i] }
 
 // ID returns the identity of the policy's counters in a store: the name
 // and a fingerprint of how they are laid out. Two policies with the same
-// ID share counters, each checking them against its own limits: a policy
-// that differs from another of its name only in a Rate of a FixedWindow,
-// a SlidingWindowApprox or a SlidingWindow above ExactRateMax (or with a
-// Precision) shares its ID, so changing such a rate keeps what was used.
-// Any other change (an algorithm, a period, a precision, a penalty, or a
-// rate or burst of a SlidingLog, a TokenBucket or a SlidingWindow up to
-// ExactRateMax) changes the ID, and the new policy starts with fresh
-// counters.
+// ID share counters, each checking them against its own limits. A policy
+// that differs from another of its name only in the Rate of limits of a
+// SlidingWindow, a SlidingLog, a FixedWindow or a SlidingWindowApprox
+// shares its ID, so changing such a rate (a plan change, a rolling
+// deploy) keeps what was used: the new rate applies to it, up or down.
+// Any other change starts the new policy with fresh counters: an
+// algorithm, a period, a precision, a penalty, a TokenBucket's rate or
+// burst, or a SlidingWindow's rate across ExactRateMax (a log up to it,
+// sub-buckets above).
 func (p *Policy) ID() string { return p.id }
 
 // MaxCost returns the largest cost a single request can ever be admitted

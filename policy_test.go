@@ -89,12 +89,16 @@ func TestPolicyDefaults(t *testing.T) {
 	if b := MustParsePolicy("3/s", WithAlgorithm(TokenBucket), WithBurst(9)); b.MaxCost() != 9 {
 		t.Errorf("WithBurst(9): max cost %d", b.MaxCost())
 	}
-	// Same definition, same counters; a changed definition, new counters.
+	// Same definition, same counters; a changed rate, the same counters
+	// (see TestPolicyIDs); a changed period, new counters.
 	if MustParsePolicy("10/s").ID() != MustParsePolicy("10/second").ID() {
 		t.Error("equal policies have different IDs")
 	}
-	if MustParsePolicy("10/s").ID() == MustParsePolicy("11/s").ID() {
-		t.Error("different policies share an ID")
+	if MustParsePolicy("10/s").ID() != MustParsePolicy("11/s").ID() {
+		t.Error("policies that differ in a rate only have different IDs")
+	}
+	if MustParsePolicy("10/s").ID() == MustParsePolicy("10/2s").ID() {
+		t.Error("policies of different periods share an ID")
 	}
 	// Limits returns a copy.
 	ls[0].Rate = 99
@@ -136,9 +140,6 @@ func TestPolicyIDs(t *testing.T) {
 	for rate := int64(1); rate <= 2000; rate++ {
 		add(fmt.Sprintf("%d/h token bucket", rate), MustParsePolicy(fmt.Sprintf("%d/h", rate), Named("api"), tb))
 	}
-	for rate := int64(1); rate <= ExactRateMax; rate++ {
-		add(fmt.Sprintf("%d/m (a log)", rate), MustParsePolicy(fmt.Sprintf("%d/m", rate), Named("api")))
-	}
 	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, SlidingLog, SlidingWindowApprox} {
 		add("100/m "+alg.String(), MustParsePolicy("100/m", Named("api"), WithAlgorithm(alg)))
 	}
@@ -147,6 +148,8 @@ func TestPolicyIDs(t *testing.T) {
 	add("100/m block 1m", MustParsePolicy("100/m", Named("api"), BlockFor(time.Minute)))
 	add("100/m, 5/s", MustParsePolicy("100/m, 5/s", Named("api")))
 	add("100/2m", MustParsePolicy("100/2m", Named("api")))
+	add("32/m (a log)", MustParsePolicy("32/m", Named("api")))
+	add("10/m (a log), 5/s", MustParsePolicy("10/m, 5/s", Named("api")))
 
 	// Rates whose counts mean the same under any rate: one ID per layout.
 	for i, c := range []struct {
@@ -154,6 +157,9 @@ func TestPolicyIDs(t *testing.T) {
 		opts []PolicyOption
 	}{
 		{"100/m", "1000/m", nil}, // sub-buckets, both above ExactRateMax
+		{"10/m", "32/m", nil},    // logs
+		{"30/m", "1000/m", []PolicyOption{WithAlgorithm(SlidingLog)}},
+		{"10/s, 100/m", "20/s, 33/m", nil},
 		{"10/m, 100/h", "20/m, 500/h", []PolicyOption{WithAlgorithm(FixedWindow)}},
 		{"40/m", "30/m", []PolicyOption{WithAlgorithm(SlidingWindowApprox)}},
 		{"10/m", "20/m", []PolicyOption{WithPrecision(6)}},

@@ -1,8 +1,10 @@
 package layout
 
+import "slices"
+
 // Version changes whenever the stores lay counters out differently, so
 // that a store never reads counters laid out by another version.
-const Version = 5
+const Version = 6
 
 // Kind is how a store counts one limit.
 type Kind uint8
@@ -50,6 +52,17 @@ type Limit struct {
 	Hash int64
 	// Chunk is how many 16-digit times a Log packs into one hash field.
 	Chunk int64
+	// MaxCapacity is, for a Log, the largest Capacity a policy of its ID
+	// can give it (policies of one ID may differ in their logs' rates):
+	// the Redis hash keeps field numbers for that many times, so that
+	// the limits after it keep theirs whatever its rate.
+	MaxCapacity int64
+	// Ring is, for a Log, how many times its ring holds: its Capacity,
+	// or more when a policy of the same ID with a larger rate wrote it.
+	// A ring only grows (laid out anew, its times kept, older slots
+	// empty), so it always holds the newest Capacity units any policy
+	// of its ID checks, and never forgets one that still counts.
+	Ring int64
 }
 
 // Policy is a policy as the stores count it.
@@ -149,13 +162,13 @@ func (p *Policy) Params() []int64 {
 	return out
 }
 
-// memFields returns how many memory-store fields the limit takes.
-func (l Limit) memFields() int {
+// MemFields returns how many memory-store fields the limit takes.
+func (l Limit) MemFields() int {
 	switch l.Kind {
 	case Buckets:
 		return 1 + 2*int(l.N+1)
 	case Log:
-		return 1 + int(l.Capacity)
+		return 1 + int(l.Ring)
 	case Fixed:
 		return 2
 	case Token:
@@ -164,13 +177,14 @@ func (l Limit) memFields() int {
 	return 3
 }
 
-// hashFields returns how many hash fields a limit takes.
-func (l Limit) hashFields() int64 {
+// hashFields returns how many hash fields a limit takes (a log: as many
+// as its MaxCapacity fills; smallLog as Compile's).
+func (l Limit) hashFields(smallLog int64) int64 {
 	switch l.Kind {
 	case Buckets:
 		return 1 + (l.N + 1) // the sum, then one field per sub-bucket (BucketSep)
 	case Log:
-		return 1 + (l.Capacity+l.Chunk-1)/l.Chunk
+		return 1 + LogChunks(l.MaxCapacity, smallLog)
 	case Fixed:
 		return 2
 	case Token:
@@ -179,15 +193,45 @@ func (l Limit) hashFields() int64 {
 	return 3
 }
 
-// logChunk is how many 16-digit times a log packs into one hash field:
-// four (64 bytes, the most a small hash keeps in its compact encoding)
-// for the small logs of SlidingWindow (smallLog or less), 32 for larger.
-func logChunk(capacity, smallLog int64) int64 {
+// Chunk sizes of a log: SmallLogChunk 16-digit times a field (64 bytes,
+// the most a small hash keeps in its compact encoding) for the small logs
+// of SlidingWindow (Compile's smallLog or less), LogChunk for larger.
+const (
+	SmallLogChunk = 4
+	LogChunk      = 32
+)
+
+// LogChunkOf is how many 16-digit times a log of capacity packs into one
+// hash field.
+func LogChunkOf(capacity, smallLog int64) int64 {
 	if capacity <= smallLog {
-		return 4
+		return SmallLogChunk
 	}
-	return 32
+	return LogChunk
 }
+
+// LogChunks is how many hash fields a log of capacity fills.
+func LogChunks(capacity, smallLog int64) int64 {
+	c := LogChunkOf(capacity, smallLog)
+	return (capacity + c - 1) / c
+}
+
+// WithRings returns a copy of p whose logs' rings hold rings[i] times
+// (limit i's; at least its Capacity), their memory-store fields moved to
+// suit: the layout in which the memory store holds an identity's counters
+// once policies of the same ID with larger rates grew its rings.
+func (p *Policy) WithRings(rings []int64, smallLog int64) *Policy {
+	limits := slices.Clone(p.Limits)
+	for i := range limits {
+		limits[i].Ring = max(rings[i], limits[i].Capacity)
+	}
+	return Compile(limits, p.Block, smallLog)
+}
+
+// LogPointerBase packs a log's pointer field: its oldest slot plus its
+// capacity times LogPointerBase, so that a policy of another rate of the
+// same ID knows the ring it reads (and lays it out anew for its own).
+const LogPointerBase = 1 << 16
 
 // Compile lays out limits (each with its Kind, Capacity, Width, N and
 // Period set) for both stores and returns the policy: smallLog is the
@@ -199,11 +243,13 @@ func Compile(limits []Limit, block, smallLog int64) *Policy {
 	for i := range p.Limits {
 		l := &p.Limits[i]
 		if l.Kind == Log {
-			l.Chunk = logChunk(l.Capacity, smallLog)
+			l.Chunk = LogChunkOf(l.Capacity, smallLog)
+			l.MaxCapacity = max(l.MaxCapacity, l.Capacity)
+			l.Ring = max(l.Ring, l.Capacity)
 		}
 		l.Mem, l.Hash = mem, hash
-		mem += l.memFields()
-		hash += l.hashFields()
+		mem += l.MemFields()
+		hash += l.hashFields(smallLog)
 		if l.Kind != Log && l.Kind != Token {
 			p.Reserves = false
 		}

@@ -3,12 +3,13 @@ package memory
 import (
 	"slices"
 
+	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
 
-// logSlot returns the time of the i-th oldest unit of a log.
+// logSlot returns the time of the i-th oldest slot of a log's ring.
 func logSlot(st []int64, p *layout.Limit, i int64) int64 {
-	return st[p.Mem+1+int((st[p.Mem]+i)%p.Capacity)]
+	return st[p.Mem+1+int((st[p.Mem]+i)%p.Ring)]
 }
 
 // logAvail counts the last capacity units of a log (pending reservations
@@ -34,7 +35,7 @@ func logAvail(k *counters, p *layout.Limit, t int64) int64 {
 // than the unit that replaced it, so no newer than the newest minus a
 // Period. The stand-ins take the earlier of the two times.
 func refundLog(st []int64, at int64, p *layout.Limit, c int64) {
-	r := p.Capacity
+	r := p.Ring
 	ring := make([]int64, r)
 	found := int64(0)
 	for i := range ring {
@@ -62,4 +63,64 @@ func refundLog(st []int64, at int64, p *layout.Limit, c int64) {
 	slices.Sort(out)
 	st[p.Mem] = 0
 	copy(st[p.Mem+1:p.Mem+1+int(r)], out)
+}
+
+// storedLayout returns the layout in which the counters of keys, held in
+// ents, are read and kept under lay, a policy of their ID: lay itself
+// unless a policy of the same ID with a larger rate grew a log's ring
+// (layout.Limit.Ring), then lay with every such log's ring as large as
+// the largest among the keys. ents[i] is nil for a key not read.
+func storedLayout(lay *layout.Policy, ents []*memEntry) *layout.Policy {
+	var rings []int64
+	for _, e := range ents {
+		if e == nil || e.lay == lay {
+			continue
+		}
+		for i := range lay.Limits {
+			if l := &lay.Limits[i]; l.Kind == layout.Log && e.lay.Limits[i].Ring > l.Ring {
+				if rings == nil {
+					rings = make([]int64, len(lay.Limits))
+				}
+				rings[i] = max(rings[i], e.lay.Limits[i].Ring)
+			}
+		}
+	}
+	if rings == nil {
+		return lay
+	}
+	return lay.WithRings(rings, ratelimit.ExactRateMax)
+}
+
+// sameRings reports whether counters laid out by a are laid out as b
+// wants them: a and b are layouts of one ID (their limits' kinds, periods
+// and sub-buckets agree, and a token bucket's capacity and interval), so
+// only their logs' rings can differ.
+func sameRings(a, b *layout.Policy) bool {
+	for i := range a.Limits {
+		if a.Limits[i].Kind == layout.Log && a.Limits[i].Ring != b.Limits[i].Ring {
+			return false
+		}
+	}
+	return true
+}
+
+// relayout returns the counters st, laid out by from, in the layout to,
+// whose logs' rings are at least as large: every field where to keeps it,
+// and each ring that grows laid out anew, oldest first from its pointer
+// 0, its times kept and the older slots empty (no time, as in a new log),
+// which forgets nothing.
+func relayout(st []int64, from, to *layout.Policy) []int64 {
+	out := make([]int64, to.MemFields)
+	copy(out[:layout.MemFirst], st)
+	for i := range to.Limits {
+		a, b := &from.Limits[i], &to.Limits[i]
+		if a.Kind != layout.Log || a.Ring == b.Ring {
+			copy(out[b.Mem:b.Mem+b.MemFields()], st[a.Mem:])
+			continue
+		}
+		for j := int64(0); j < a.Ring; j++ {
+			out[b.Mem+1+int(b.Ring-a.Ring+j)] = logSlot(st, a, j)
+		}
+	}
+	return out
 }

@@ -46,7 +46,8 @@ func entryExpires(e *memEntry) int64 { return e.expires }
 type memEntry struct {
 	expires int64 // µs; the entry is empty from then on
 	f       []int64
-	pend    []reservation // pending reservations, in order of release
+	lay     *layout.Policy // the layout f is laid out in (see relayout)
+	pend    []reservation  // pending reservations, in order of release
 }
 
 // idKey names a request ID's record: the identity and the ID's hash.
@@ -174,7 +175,7 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 		return ratelimit.Decision{}, err
 	}
 	lay := bridge.Layout(req.Policy)
-	lim, nf := lay.Limits, lay.MemFields
+	lim := lay.Limits
 	pid := req.Policy.ID()
 	ttl := req.Policy.TTL().Microseconds()
 
@@ -206,22 +207,37 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 		if idh != "" {
 			// A key under a running penalty is decided again, however
 			// its ID was answered before: a block holds against repeats.
-			if r := sh.ids[idKey{mks[ki], idh}]; r != nil && r.expires > now && r.repeats < ratelimit.MaxRepeats && !m.blocked(sh, mks[ki], now, nf) {
+			if r := sh.ids[idKey{mks[ki], idh}]; r != nil && r.expires > now && r.repeats < ratelimit.MaxRepeats && !m.blocked(sh, mks[ki], now) {
 				r.repeats++
 				records[ki] = r
 				continue
 			}
 		}
-		e := m.entry(sh, mks[ki], now, nf, own)
+		e := m.entry(sh, mks[ki], now, lay, own)
 		ents[ki] = e
 		k := &states[ki]
-		k.st, k.pend, k.held = e.f, e.pend, 0
+		k.pend, k.held = e.pend, 0
 		for _, r := range e.pend {
 			k.held += r.cost
 		}
 		k.stats, k.tats = stats[ki][:len(lim)], tats[ki][:len(lim)]
 		decided[nd] = k
 		nd++
+	}
+	// Counters a policy of the same ID with a larger rate wrote hold
+	// larger log rings: every key's are read and kept in one layout
+	// (growing a ring forgets nothing).
+	use := storedLayout(lay, ents[:len(req.Keys)])
+	lim = use.Limits
+	for ki, e := range ents[:len(req.Keys)] {
+		if e == nil {
+			continue
+		}
+		if e.lay != use && !sameRings(e.lay, use) {
+			e.f = relayout(e.f, e.lay, use)
+		}
+		e.lay = use
+		states[ki].st = e.f
 	}
 	var out outcome
 	if nd > 0 {
@@ -291,12 +307,13 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 // entry returns the live entry for k, creating or resetting it as needed,
 // within the store's bound. The caller holds the shard's lock (and those of
 // own, the request's keys, which are never evicted).
-func (m *Store) entry(sh *memShard, k shardmap.Key, now int64, nf int, own []shardmap.Key) *memEntry {
+func (m *Store) entry(sh *memShard, k shardmap.Key, now int64, lay *layout.Policy, own []shardmap.Key) *memEntry {
 	if now >= sh.nextSweep {
 		m.sweep(sh, now)
 	}
+	nf := lay.MemFields
 	e, ok := sh.M[k]
-	if ok && e.expires > now && len(e.f) == nf {
+	if ok && e.expires > now {
 		return e
 	}
 	if ok {
@@ -304,13 +321,13 @@ func (m *Store) entry(sh *memShard, k shardmap.Key, now int64, nf int, own []sha
 		if len(e.f) != nf {
 			e.f = make([]int64, nf)
 		}
-		e.pend = nil
+		e.lay, e.pend = lay, nil
 		return e
 	}
 	if m.maxKeys > 0 {
 		m.reserve(sh, now, own)
 	}
-	e = &memEntry{f: make([]int64, nf)}
+	e = &memEntry{f: make([]int64, nf), lay: lay}
 	sh.M[k] = e
 	return e
 }
@@ -433,7 +450,6 @@ func (m *Store) Refund(ctx context.Context, r ratelimit.Receipt) error {
 	}
 	p, keys, marks := c.Policy, c.Keys, c.Marks
 	lay := bridge.Layout(p)
-	lim, nf := lay.Limits, lay.MemFields
 	var shards, locked [ratelimit.MaxKeys]uint64
 	defer m.unlockShards(m.lockKeys(keys, &shards, &locked))
 	now := m.now().UnixMicro()
@@ -441,7 +457,7 @@ func (m *Store) Refund(ctx context.Context, r ratelimit.Receipt) error {
 	for ki, k := range keys {
 		sh := &m.shards[shards[ki]]
 		e, ok := sh.M[shardmap.KeyOf(p.ID(), k)]
-		if !ok || e.expires <= now || len(e.f) != nf {
+		if !ok || e.expires <= now {
 			continue // nothing of the charge counts any more
 		}
 		at, gen := marks[ki*stride], marks[ki*stride+1]
@@ -455,8 +471,13 @@ func (m *Store) Refund(ctx context.Context, r ratelimit.Receipt) error {
 			e.pend = k.pend
 			continue
 		}
-		for i := range lim {
-			refund(e.f, now, at, &lim[i], c.Cost, marks[ki*stride+2+i], e.f[layout.MemGen] == gen)
+		use := storedLayout(lay, []*memEntry{e}) // see do
+		if e.lay != use && !sameRings(e.lay, use) {
+			e.f = relayout(e.f, e.lay, use)
+		}
+		e.lay = use
+		for i := range use.Limits {
+			refund(e.f, now, at, &use.Limits[i], c.Cost, marks[ki*stride+2+i], e.f[layout.MemGen] == gen)
 		}
 		e.f[layout.MemGen]++
 	}
@@ -475,9 +496,9 @@ func (m *Store) Len() int {
 
 // blocked reports whether the identity k holds a running penalty. The
 // caller holds sh's lock.
-func (m *Store) blocked(sh *memShard, k shardmap.Key, now int64, nf int) bool {
+func (m *Store) blocked(sh *memShard, k shardmap.Key, now int64) bool {
 	e, ok := sh.M[k]
-	return ok && e.expires > now && len(e.f) == nf && e.f[layout.MemBlock] > max(now, e.f[layout.MemTime])
+	return ok && e.expires > now && e.f[layout.MemBlock] > max(now, e.f[layout.MemTime])
 }
 
 // Local marks the memory store as answering without I/O (ratelimit.Local).

@@ -32,9 +32,9 @@ func chargeUnits(st []int64, t int64, p *layout.Limit, c int64) {
 	}
 	ptr := st[p.Mem]
 	for i := int64(0); i < c; i++ {
-		st[p.Mem+1+int((ptr+i)%p.Capacity)] = t
+		st[p.Mem+1+int((ptr+i)%p.Ring)] = t
 	}
-	st[p.Mem] = (ptr + c) % p.Capacity
+	st[p.Mem] = (ptr + c) % p.Ring
 }
 
 // tokenTAT is a token bucket's theoretical arrival time with the pending
@@ -49,13 +49,13 @@ func tokenTAT(k *counters, p *layout.Limit) int64 {
 
 // logUnit returns the time of the i-th oldest (0-based) of the last
 // capacity units of a log, its pending reservations' units coming after
-// its slots.
+// its ring's slots.
 func logUnit(k *counters, p *layout.Limit, i int64) int64 {
-	j := k.held + i
-	if j < p.Capacity {
+	j := p.Ring - p.Capacity + k.held + i
+	if j < p.Ring {
 		return logSlot(k.st, p, j)
 	}
-	j -= p.Capacity
+	j -= p.Ring
 	for _, r := range k.pend {
 		if j < r.cost {
 			return r.at

@@ -128,9 +128,69 @@ local function bload(s, key, j, from, to)
   for i = 1, m do bdecode(s, f[i], v[i]) end
 end
 
+-- lchunk is how many 16-digit times a ring of R slots packs into one
+-- field (internal/layout's LogChunkOf).
+local function lchunk(R)
+  if R <= LOGSMALL then return SCHUNK end
+  return LCHUNK
+end
+
+-- lrelay reads a log's pointer field (its oldest slot, plus its ring's
+-- size times LOGBASE) into s[off], the oldest slot, and the ring's size
+-- into s.ring[j]: the policy's capacity, or more when a policy of the same
+-- ID with a larger rate wrote it (a ring only grows: internal/layout's
+-- Limit.Ring). A smaller ring it lays out anew in s for the capacity, as
+-- store/memory's relayout does: oldest first from slot 0, its times kept,
+-- the older slots empty. The new chunks are written only with a charge
+-- (units), which then drops the old ring's chunk fields past the new ones
+-- (s.relaid[j] holds how many the old ring had).
+local function lrelay(s, key, j)
+  local cap, off = P[j + P_CAP], P[j + P_HASH]
+  local raw = s[off]
+  local ptr = raw % LOGBASE
+  local rc = (raw - ptr) / LOGBASE
+  s[off] = ptr
+  if not s.ring then s.ring = {} end
+  if raw == 0 then rc = cap end
+  s.ring[j] = rc
+  if rc >= cap then return end
+  s.ring[j] = cap
+  local ocs = lchunk(rc)
+  local onch = ceil(rc / ocs)
+  local f, m = {}, 0
+  for c = 1, onch do
+    if s[off + c] == nil then f[m + 1], m = off + c, m + 1 end
+  end
+  if m > 0 then
+    local v = redis.call('HMGET', key, unpack(f))
+    for i = 1, m do s[f[i]] = v[i] or false end
+  end
+  local slots = {}
+  for i = 1, cap - rc do slots[i] = ZERO16 end
+  for i = 0, rc - 1 do
+    local pos = (ptr + i) % rc
+    local c, at = s[off + 1 + floor(pos / ocs)], pos % ocs * 16
+    local t = ZERO16
+    if c and #c >= at + 16 then t = sub(c, at + 1, at + 16) end
+    slots[#slots + 1] = t
+  end
+  local cs = lchunk(cap)
+  local nch = ceil(cap / cs)
+  for ci = 0, nch - 1 do
+    local last = (ci + 1) * cs
+    if last > cap then last = cap end
+    s[off + 1 + ci] = table.concat(slots, '', ci * cs + 1, last)
+  end
+  for c = nch + 1, onch do s[off + c] = false end
+  s[off] = 0
+  if not s.relaid then s.relaid = {} end
+  s.relaid[j] = onch
+end
+
 -- lslot returns the time of the i-th oldest slot of a log.
 local function lslot(s, key, j, i)
-  local R, off, cs = P[j + P_CAP], P[j + P_HASH], P[j + P_CHUNK]
+  local R, off = s.ring[j], P[j + P_HASH]
+  local cs = lchunk(R)
   local pos = (s[off] + i) % R
   local f = off + 1 + floor(pos / cs)
   local c = s[f]
@@ -147,8 +207,8 @@ end
 -- lunit returns the time of the i-th oldest of the last capacity units
 -- of a log, its pending reservations' units coming after its slots.
 local function lunit(s, key, j, i)
-  local u = s.h + i
-  local R = P[j + P_CAP]
+  local R = s.ring[j]
+  local u = R - P[j + P_CAP] + s.h + i
   if u < R then return lslot(s, key, j, u) end
   u = u - R
   for q = 1, #s.qa do
@@ -407,7 +467,8 @@ end
 -- lwrite sets the slots of positions pos..pos+c-1 (ring order) of a log to
 -- the 16-digit time ts, appending the changed chunk fields to out.
 local function lwrite(s, key, j, pos, c, ts, out, o)
-  local R, off, cs = P[j + P_CAP], P[j + P_HASH], P[j + P_CHUNK]
+  local R, off = s.ring[j], P[j + P_HASH]
+  local cs = lchunk(R)
   local i = 0
   while i < c do
     local p0 = (pos + i) % R
@@ -445,10 +506,22 @@ local function units(s, key, j, t, c, out, o)
     out[o], out[o + 1] = off, fmt('%d', s[off])
     return o + 2
   end
-  local ptr = s[off]
+  local R, ptr = s.ring[j], s[off]
+  if s.relaid and s.relaid[j] then
+    -- The ring lrelay laid out anew: every chunk of it, and no field of
+    -- the old one past them.
+    local nch = ceil(R / lchunk(R))
+    for ci = 1, nch do out[o], out[o + 1], o = off + ci, s[off + ci], o + 2 end
+    if s.relaid[j] > nch then
+      local del = {}
+      for ci = nch + 1, s.relaid[j] do del[ci - nch] = nm(off + ci) end
+      redis.call('HDEL', key, unpack(del))
+    end
+    s.relaid[j] = nil
+  end
   o = lwrite(s, key, j, ptr, c, fmt('%016d', t), out, o)
-  s[off] = (ptr + c) % P[j + P_CAP]
-  out[o], out[o + 1] = off, s[off]
+  s[off] = (ptr + c) % R
+  out[o], out[o + 1] = off, s[off] + R * LOGBASE
   return o + 2
 end
 

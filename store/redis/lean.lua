@@ -190,7 +190,16 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
       elseif kind == K_LOG then
         -- The units that stopped counting by now are the oldest: a search
         -- for how many; none, and a unit does not fit.
-        local cs, ptr = BAKED[j + P_CHUNK], tonumber(v[x]) or 0
+        -- The pointer field: the oldest slot, and the ring's size times
+        -- LOGBASE; a ring of another size than the capacity (a policy of
+        -- the same ID with another rate wrote it) goes to the general
+        -- path (counters.lua's lrelay).
+        local cs, ptr = BAKED[j + P_CHUNK], (v[x] or 0) + 0
+        if ptr ~= 0 and ptr - ptr % LOGBASE ~= cap * LOGBASE then
+          ok = false
+          break
+        end
+        ptr = ptr % LOGBASE
         local lo, hi = 0, cap
         while lo < hi do
           local mid = floor((lo + hi) / 2)
@@ -218,7 +227,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         end
         str = str .. string.rep('0', nsl * 16 - #str)
         local at = ptr % cs * 16
-        wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x + 1 + ci], sub(str, 1, at) .. fmt('%016d', now) .. sub(str, at + 17), f[x], fmt('%d', (ptr + 1) % cap), o + 4
+        wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x + 1 + ci], sub(str, 1, at) .. fmt('%016d', now) .. sub(str, at + 17), f[x], fmt('%d', (ptr + 1) % cap + cap * LOGBASE), o + 4
         x = x + 1 + ceil(cap / cs)
       elseif kind == K_TOKEN then
         local tat = (v[x] or 0) + 0

@@ -43,8 +43,16 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
   elseif at + P[j + P_PERIOD] > now then
     -- The log, while the charge counts: its units leave; units of the
     -- earlier of its oldest time and its newest minus a Period stand in
-    -- for those it had replaced.
-    local R, per, cs = P[j + P_CAP], P[j + P_PERIOD], P[j + P_CHUNK]
+    -- for those it had replaced. The ring is as large as its pointer
+    -- field says (a policy of the same ID with a larger rate may have
+    -- grown it: counters.lua's lrelay).
+    local raw, per = s[off] or 0, P[j + P_PERIOD]
+    s[off] = raw % LOGBASE
+    local R = (raw - s[off]) / LOGBASE
+    if raw == 0 then R = P[j + P_CAP] end
+    if not s.ring then s.ring = {} end
+    s.ring[j] = R
+    local cs = lchunk(R)
     local ring, found = {}, 0
     for i = 0, R - 1 do
       local v = lslot(s, key, j, i)
@@ -66,7 +74,7 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
         for q = ci * cs + 1, math.min((ci + 1) * cs, R) do parts[#parts + 1] = fmt('%016d', keep[q]) end
         out[o], out[o + 1], o = off + 1 + ci, table.concat(parts), o + 2
       end
-      out[o], out[o + 1], o = off, 0, o + 2
+      out[o], out[o + 1], o = off, R * LOGBASE, o + 2
     end
   end
   return o
@@ -82,9 +90,18 @@ if OP == 'r' then
   -- The fields kept as they are (a log's chunks, true) or decoded by
   -- bdecode (a sub-bucket's, 'b').
   local chunk = {}
+  -- A log's chunks are the fields after its pointer up to the next
+  -- limit's first, or every later field after the last limit's: its ring
+  -- may be larger than its capacity (counters.lua's lrelay).
+  local lastlog
   for j = 0, STRIDE * (NL - 1), STRIDE do
     if P[j + P_KIND] == K_LOG then
-      for c = 1, ceil(P[j + P_CAP] / P[j + P_CHUNK]) do chunk[P[j + P_HASH] + c] = true end
+      local off = P[j + P_HASH]
+      if j == STRIDE * (NL - 1) then
+        lastlog = off
+      else
+        for f = off + 1, P[j + STRIDE + P_HASH] - 1 do chunk[f] = true end
+      end
     elseif P[j + P_KIND] == K_BUCKETS then
       for b = 1, P[j + P_N] + 1 do chunk[P[j + P_HASH] + b] = 'b' end
     end
@@ -109,6 +126,7 @@ if OP == 'r' then
       for i = 1, #raw, 2 do
         local f, v = raw[i], raw[i + 1]
         local fn = tonumber(f)
+        if fn and lastlog and fn > lastlog then chunk[fn] = true end
         if fn and chunk[fn] == 'b' then bdecode(s, fn, v) elseif fn and chunk[fn] then s[fn] = v elseif fn then s[fn] = tonumber(v) elseif f == F_PENDING then q = v elseif f == F_GEN then s.gen = tonumber(v) end
       end
       s[I_TIME], s.gen = s[I_TIME] or 0, s.gen or 0

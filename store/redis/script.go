@@ -84,6 +84,7 @@ var prelude = func() string {
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
 	line([]string{"XSLACK"}, num(expirySlack))
 	line([]string{"BSEP", "BFMT"}, quote(layout.BucketSep, "%d"+layout.BucketSep+"%d"))
+	line([]string{"LOGBASE", "LOGSMALL", "SCHUNK", "LCHUNK"}, num(layout.LogPointerBase, ratelimit.ExactRateMax, layout.SmallLogChunk, layout.LogChunk))
 	return b.String()
 }()
 

@@ -15,7 +15,10 @@
 -- RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
 -- and of a limit's part; the policy header's positions Q_* and size QHEAD;
 -- the expiry slack XSLACK; BSEP, which joins a sub-bucket's cost and
--- latest admission in its one field, and BFMT, the format of that field)
+-- latest admission in its one field, and BFMT, the format of that field;
+-- LOGBASE, which packs a log's pointer field (its oldest slot plus its
+-- capacity times LOGBASE), and LOGSMALL, SCHUNK and LCHUNK: a log of
+-- capacity up to LOGSMALL packs SCHUNK times a field, a larger one LCHUNK)
 -- and the line "local BAKED, NAMES = ...": nil,
 -- nil, or the policy as data (the numbers the unbaked script reads from
 -- ARGV) and the names of its hash fields from 1 on ('1', '2', ...;

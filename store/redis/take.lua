@@ -86,6 +86,9 @@ local function read(key, fs, now)
       s[f[i]] = tonumber(v[i]) or 0
     end
   end
+  for j = 0, STRIDE * (NL - 1), STRIDE do
+    if P[j + P_KIND] == K_LOG then lrelay(s, key, j) end
+  end
   return s, v, flag
 end
 

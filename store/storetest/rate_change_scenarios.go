@@ -9,15 +9,18 @@ import (
 )
 
 // rateChangeKeepsCounters: a policy that differs from another of its name
-// only in a rate whose counts mean the same under any rate (a fixed or an
-// approximated window's, a sub-bucket's) shares its counters: the new rate
-// applies to what was used, up or down, and a denial's RetryAfter is when
-// the new rate admits again. A change of layout (a log's rate, up to
-// ExactRateMax) starts the new policy's counters afresh, as Policy.ID
-// says.
+// only in the rate of a window, a sub-bucketed window or a log shares its
+// counters: the new rate applies to what was used, up or down, and a
+// denial's RetryAfter is when the new rate admits again (a log is laid
+// out anew for its new capacity, across the change of its chunks' size
+// too). A change of kind (a sliding window's rate across ExactRateMax) or
+// of a token bucket's rate starts the new policy's counters afresh, as
+// Policy.ID says.
 func rateChangeKeepsCounters(t *testing.T, h Harness) {
 	fixed := ratelimit.WithAlgorithm(ratelimit.FixedWindow)
 	approx := ratelimit.WithAlgorithm(ratelimit.SlidingWindowApprox)
+	slog := ratelimit.WithAlgorithm(ratelimit.SlidingLog)
+	token := ratelimit.WithAlgorithm(ratelimit.TokenBucket)
 	for i, c := range []struct {
 		from, to string
 		opts     []ratelimit.PolicyOption
@@ -33,7 +36,13 @@ func rateChangeKeepsCounters(t *testing.T, h Harness) {
 		{"40/m", "80/m", []ratelimit.PolicyOption{approx}, 40, 40, false},
 		{"80/m", "40/m", []ratelimit.PolicyOption{approx}, 50, 0, false},
 		{"10/m", "20/m", []ratelimit.PolicyOption{ratelimit.WithPrecision(6)}, 10, 10, false},
-		{"10/m", "20/m", nil, 10, 20, true}, // logs of 10 and 20 times: a new layout
+		{"10/m", "20/m", nil, 10, 10, false}, // logs of 10 and 20 times
+		{"20/m", "10/m", nil, 15, 0, false},
+		{"5/m", "6/m", nil, 3, 3, false},
+		{"30/m", "40/m", []ratelimit.PolicyOption{slog}, 30, 10, false}, // chunks of 4 times, then of 32
+		{"40/m", "30/m", []ratelimit.PolicyOption{slog}, 35, 0, false},
+		{"32/m", "33/m", nil, 32, 33, true},                             // a log, then sub-buckets
+		{"10/m", "20/m", []ratelimit.PolicyOption{token}, 10, 20, true}, // its time is in intervals of 6s, then 3s
 	} {
 		s, clk := h.start(t)
 		opts := append([]ratelimit.PolicyOption{ratelimit.Named("api")}, c.opts...)
@@ -93,6 +102,8 @@ func twoRatesNeverExceedTheLarger(t *testing.T, h Harness) {
 	}{
 		{ratelimit.SlidingWindow, "100/m", "120/m", 120, false, nil},
 		{ratelimit.SlidingWindow, "10/m", "12/m", 12, false, []ratelimit.PolicyOption{ratelimit.WithPrecision(6)}},
+		{ratelimit.SlidingWindow, "10/m", "12/m", 12, false, nil}, // logs of 10 and 12 times
+		{ratelimit.SlidingLog, "30/m", "40/m", 40, false, nil},    // chunks of 4 times, and of 32
 		{ratelimit.FixedWindow, "10/m", "12/m", 12, true, nil},
 		{ratelimit.SlidingWindowApprox, "40/m", "48/m", 48, true, nil},
 	} {
