@@ -1,8 +1,9 @@
 // Package storekit is for writers of ratelimit stores: what a Store needs
 // beyond the types of package ratelimit. A store makes the Receipt of each
 // charge with NewReceipt and reads it back, for a refund, with ChargeOf;
-// checks requests with Validate; and, when it wraps another store,
-// checks that store's decisions with CheckDecision. A store that answers
+// checks requests with Validate; keys answers it keeps (a cache) by
+// Definition; and, when it wraps another store, checks that store's
+// decisions with CheckDecision. A store that answers
 // without I/O implements Local. Package store/storetest checks a store
 // against the stores of this module.
 package storekit
