@@ -61,6 +61,25 @@ func Guarantees(t *testing.T, h Harness) {
 						}
 					}
 				}
+				// Every other trace changes the definition back and forth:
+				// runs of steps go out under a policy of the same name with
+				// other rates (rerated) that shares p's counters. Then the
+				// guarantee is the larger rates' (upper), and refill claims
+				// are not checked (the other rates may admit more within
+				// one). (A token bucket of other rates has other counters.)
+				alt, bound, mixed := p, p, false
+				if n%2 == 1 {
+					if q := rerated(rng, p); q.ID() == p.ID() {
+						alt, bound, mixed = q, upper(p, q), true
+						on := false
+						for i := range trace {
+							if rng.IntN(4) == 0 {
+								on = !on
+							}
+							trace[i].rerated = on
+						}
+					}
+				}
 				mem, clk := h.start(t)
 				trace = capsOf(mem).fit(trace, h.OneKey)
 				admitted := map[string][]event{}
@@ -78,6 +97,10 @@ func Guarantees(t *testing.T, h Harness) {
 				var refills refillClaims
 				take := func(at int64, s step) ratelimit.Decision {
 					clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
+					p := p
+					if s.rerated {
+						p = alt
+					}
 					req := ratelimit.Request{Policy: p, Keys: s.keys, Cost: s.cost, ID: s.id}
 					var d ratelimit.Decision
 					var err error
@@ -92,7 +115,7 @@ func Guarantees(t *testing.T, h Harness) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if !d.Repeated && s.id == "" {
+					if !d.Repeated && s.id == "" && !mixed {
 						defer refills.claim(d, s.keys, at)
 					}
 					if d.Allowed && !d.Repeated {
@@ -122,7 +145,7 @@ func Guarantees(t *testing.T, h Harness) {
 				}
 				checkAll := func(i int) {
 					for _, ev := range admitted {
-						over = max(over, checkAdmissions(t, p, ev, n, i))
+						over = max(over, checkAdmissions(t, bound, ev, n, i))
 					}
 				}
 				// The clock never goes back; reserved admissions lie ahead of
@@ -131,6 +154,10 @@ func Guarantees(t *testing.T, h Harness) {
 				for i, s := range trace {
 					at := max(s.at.Microseconds(), clock)
 					clock = at
+					p := p // the step's policy
+					if s.rerated {
+						p = alt
+					}
 					if s.op == opRefund {
 						clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
 						if err := mem.(ratelimit.Refunder).Refund(ctx, receipts[s.ref]); err != nil {
@@ -160,7 +187,7 @@ func Guarantees(t *testing.T, h Harness) {
 							// (With an ID, keys its record answers are not asked;
 							// with reservations in line, a grant is conservative.)
 							c := s
-							c.op, c.cost, c.id = opTake, 1, ""
+							c.op, c.cost, c.id = opTake, 1, "" // under the step's policy (c.rerated)
 							if take(at, c).Allowed {
 								t.Fatalf("trace %d step %d (%s): granted %d of %d, yet one more fits", n, i, p, d.Granted, s.cost)
 							}
@@ -190,7 +217,7 @@ func Guarantees(t *testing.T, h Harness) {
 					if s.op == opReserve && p.Reserves() && r <= s.maxDelay.Microseconds() && !queueFull(admitted, s.keys, at) {
 						t.Fatalf("trace %d step %d (%s): not reserved though it fits in %s, within the maximum %s", n, i, p, d.RetryAfter, s.maxDelay)
 					}
-					plain := step{keys: s.keys, cost: s.cost}
+					plain := step{keys: s.keys, cost: s.cost, rerated: s.rerated}
 					clock = at + r
 					if r > 1 && take(at+r-1, plain).Allowed {
 						t.Fatalf("trace %d step %d (%s): admitted 1µs before RetryAfter %s", n, i, p, d.RetryAfter)
@@ -214,6 +241,21 @@ func Guarantees(t *testing.T, h Harness) {
 			}
 		})
 	}
+}
+
+// upper is the policy whose guarantee two policies of one ID keep together
+// when they take turns on the same counters: each limit's larger rate.
+func upper(p, q *ratelimit.Policy) *ratelimit.Policy {
+	limits := p.Limits()
+	for i := range limits {
+		l, m := &limits[i], q.Limit(i)
+		l.Rate = max(l.Rate, m.Rate)
+	}
+	u, err := ratelimit.NewPolicy(p.Name(), p.Algorithm(), limits...)
+	if err != nil {
+		panic(err)
+	}
+	return u
 }
 
 // waiting reports whether one of keys has a reservation still in line at
