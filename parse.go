@@ -209,3 +209,17 @@ func parsePeriod(s string) (time.Duration, error) {
 	}
 	return 0, fmt.Errorf("period %q: unknown unit (want ms, s, m, h, d, or a duration like 1m30s)", s)
 }
+
+// validName reports why s cannot be a policy or limit name, or nil.
+func validName(s string) error {
+	if len(s) == 0 || len(s) > 64 {
+		return errors.New("must be 1 to 64 characters")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Errorf("character %q at offset %d is not one of [A-Za-z0-9_.-]", c, i)
+		}
+	}
+	return nil
+}

@@ -4,10 +4,11 @@
 // of every algorithm: the Redis store's script mirrors it, and the
 // conformance suite (store/storetest) holds every store to its decisions.
 //
-// Its files, by job: memory.go the store (shards, identities, request IDs,
-// Reset and Refund); engine.go one request over the states of its keys (all
-// or nothing, penalties, places in line); algorithm.go each algorithm one
-// limit at a time (evaluate, report, charge, refund); log.go the exact log;
+// Its files, by job: memory.go the store (shards, identities, request
+// IDs); refund.go Reset and Refund; engine.go one request over the states
+// of its keys (all or nothing, penalties, places in line); algorithm.go
+// each algorithm one limit at a time (evaluate, report, charge, refund);
+// log.go the exact log, and the layouts of rings grown by larger rates;
 // approx.go the weighted two-window approximation; pending.go places in
 // line. The layout of an identity's state is internal/layout's.
 //

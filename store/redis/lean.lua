@@ -193,7 +193,7 @@ if OP == 'f' and BAKED then repeat -- a break falls through to the general path
         -- The pointer field: the oldest slot, and the ring's size times
         -- LOGBASE; a ring of another size than the capacity (a policy of
         -- the same ID with another rate wrote it) goes to the general
-        -- path (counters.lua's lrelay).
+        -- path (log.lua's lrelay).
         local cs, ptr = BAKED[j + P_CHUNK], (v[x] or 0) + 0
         if ptr ~= 0 and ptr - ptr % LOGBASE ~= cap * LOGBASE then
           ok = false

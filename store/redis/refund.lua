@@ -45,7 +45,7 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
     -- earlier of its oldest time and its newest minus a Period stand in
     -- for those it had replaced. The ring is as large as its pointer
     -- field says (a policy of the same ID with a larger rate may have
-    -- grown it: counters.lua's lrelay).
+    -- grown it: log.lua's lrelay).
     local raw, per = s[off] or 0, P[j + P_PERIOD]
     s[off] = raw % LOGBASE
     local R = (raw - s[off]) / LOGBASE
@@ -92,7 +92,7 @@ if OP == 'r' then
   local chunk = {}
   -- A log's chunks are the fields after its pointer up to the next
   -- limit's first, or every later field after the last limit's: its ring
-  -- may be larger than its capacity (counters.lua's lrelay).
+  -- may be larger than its capacity (log.lua's lrelay).
   local lastlog
   for j = 0, STRIDE * (NL - 1), STRIDE do
     if P[j + P_KIND] == K_LOG then

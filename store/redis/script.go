@@ -24,8 +24,8 @@ const (
 
 // The script's source, in files by job, joined in this order: the opening
 // (script.lua, which says what the script does), the lean path of the
-// common call, the reset, the resend IDs, the counters, the refund and the
-// take.
+// common call, the reset, the resend IDs, the policy and places in line, a
+// log's ring, the counters, the refund and the take.
 var (
 	//go:embed script.lua
 	opening string
@@ -35,6 +35,10 @@ var (
 	reset string
 	//go:embed resend.lua
 	resendIDs string
+	//go:embed policy.lua
+	policyLua string
+	//go:embed log.lua
+	logLua string
 	//go:embed counters.lua
 	counters string
 	//go:embed refund.lua
@@ -42,7 +46,7 @@ var (
 	//go:embed take.lua
 	take string
 
-	source = opening + lean + reset + resendIDs + counters + refund + take
+	source = opening + lean + reset + resendIDs + policyLua + logLua + counters + refund + take
 )
 
 // prelude gives the script, by name, the numbers internal/layout names:

@@ -1,8 +1,8 @@
 -- The Redis store's one script: take (decide and charge a request for every
 -- key, all or nothing), refund (undo one charge) and reset (forget an
 -- identity). Its source is this opening and, after it, lean.lua (the lean
--- path of the common call), reset.lua, resend.lua, counters.lua, refund.lua
--- and take.lua, joined by script.go. It mirrors the memory store (store/memory), the reference:
+-- path of the common call), reset.lua, resend.lua, policy.lua, log.lua,
+-- counters.lua, refund.lua and take.lua, joined by script.go. It mirrors the memory store (store/memory), the reference:
 -- the same state, laid out as internal/layout names it, the same integer
 -- arithmetic (microseconds; the approximation's one weighted product in
 -- IEEE doubles, computed in the same order), the same order of decisions.
@@ -22,7 +22,7 @@
 -- and the line "local BAKED, NAMES = ...": nil,
 -- nil, or the policy as data (the numbers the unbaked script reads from
 -- ARGV) and the names of its hash fields from 1 on ('1', '2', ...;
--- NAMES[x] is nm(x) of counters.lua, for the lean path).
+-- NAMES[x] is nm(x) of policy.lua, for the lean path).
 --
 -- ARGV[1] is the operation:
 --   't' take. ARGV: now (µs; 0 = Redis TIME), cost, mode ('1': grant up to

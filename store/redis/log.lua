@@ -1,0 +1,132 @@
+-- log.lua: a log's ring, which a policy of a larger rate of the same ID
+-- grows (see script.lua and counters.lua).
+
+-- lchunk is how many 16-digit times a ring of R slots packs into one
+-- field (internal/layout's LogChunkOf).
+local function lchunk(R)
+  if R <= LOGSMALL then return SCHUNK end
+  return LCHUNK
+end
+
+-- lrelay reads a log's pointer field (its oldest slot, plus its ring's
+-- size times LOGBASE) into s[off], the oldest slot, and the ring's size
+-- into s.ring[j]: the policy's capacity, or more when a policy of the same
+-- ID with a larger rate wrote it (a ring only grows: internal/layout's
+-- Limit.Ring). A smaller ring it lays out anew in s for the capacity, as
+-- store/memory's relayout does: oldest first from slot 0, its times kept,
+-- the older slots empty. The new chunks are written only with a charge
+-- (units), which then drops the old ring's chunk fields past the new ones
+-- (s.relaid[j] holds how many the old ring had).
+local function lrelay(s, key, j)
+  local cap, off = P[j + P_CAP], P[j + P_HASH]
+  local raw = s[off]
+  local ptr = raw % LOGBASE
+  local rc = (raw - ptr) / LOGBASE
+  s[off] = ptr
+  if not s.ring then s.ring = {} end
+  if raw == 0 then rc = cap end
+  s.ring[j] = rc
+  if rc >= cap then return end
+  s.ring[j] = cap
+  local ocs = lchunk(rc)
+  local onch = ceil(rc / ocs)
+  local f, m = {}, 0
+  for c = 1, onch do
+    if s[off + c] == nil then f[m + 1], m = off + c, m + 1 end
+  end
+  if m > 0 then
+    local v = redis.call('HMGET', key, unpack(f))
+    for i = 1, m do s[f[i]] = v[i] or false end
+  end
+  local slots = {}
+  for i = 1, cap - rc do slots[i] = ZERO16 end
+  for i = 0, rc - 1 do
+    local pos = (ptr + i) % rc
+    local c, at = s[off + 1 + floor(pos / ocs)], pos % ocs * 16
+    local t = ZERO16
+    if c and #c >= at + 16 then t = sub(c, at + 1, at + 16) end
+    slots[#slots + 1] = t
+  end
+  local cs = lchunk(cap)
+  local nch = ceil(cap / cs)
+  for ci = 0, nch - 1 do
+    local last = (ci + 1) * cs
+    if last > cap then last = cap end
+    s[off + 1 + ci] = table.concat(slots, '', ci * cs + 1, last)
+  end
+  for c = nch + 1, onch do s[off + c] = false end
+  s[off] = 0
+  if not s.relaid then s.relaid = {} end
+  s.relaid[j] = onch
+end
+
+-- lslot returns the time of the i-th oldest slot of a log.
+local function lslot(s, key, j, i)
+  local R, off = s.ring[j], P[j + P_HASH]
+  local cs = lchunk(R)
+  local pos = (s[off] + i) % R
+  local f = off + 1 + floor(pos / cs)
+  local c = s[f]
+  if c == nil then
+    c = redis.call('HGET', key, f)
+    s[f] = c
+  end
+  if not c then return 0 end
+  local o = (pos % cs) * 16
+  if #c < o + 16 then return 0 end
+  return tonumber(sub(c, o + 1, o + 16))
+end
+
+-- lunit returns the time of the i-th oldest of the last capacity units
+-- of a log, its pending reservations' units coming after its slots.
+local function lunit(s, key, j, i)
+  local R = s.ring[j]
+  local u = R - P[j + P_CAP] + s.h + i
+  if u < R then return lslot(s, key, j, u) end
+  u = u - R
+  for q = 1, #s.qa do
+    if u < s.qc[q] then return s.qa[q] end
+    u = u - s.qc[q]
+  end
+end
+
+-- lavail counts the last capacity units of a log (pending reservations
+-- included) that stopped counting by t.
+local function lavail(s, key, j, t)
+  local lo, hi, per = 0, P[j + P_CAP], P[j + P_PERIOD]
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if lunit(s, key, j, mid) + per <= t then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+-- lwrite sets the slots of positions pos..pos+c-1 (ring order) of a log to
+-- the 16-digit time ts, appending the changed chunk fields to out.
+local function lwrite(s, key, j, pos, c, ts, out, o)
+  local R, off = s.ring[j], P[j + P_HASH]
+  local cs = lchunk(R)
+  local i = 0
+  while i < c do
+    local p0 = (pos + i) % R
+    local ci = floor(p0 / cs)
+    local f = off + 1 + ci
+    local str = s[f]
+    if str == nil then str = redis.call('HGET', key, f) end
+    if not str then str = '' end
+    local nsl = cs
+    if (ci + 1) * cs > R then nsl = R - ci * cs end
+    local parts = {}
+    for q = 0, nsl - 1 do
+      if #str >= q * 16 + 16 then parts[q + 1] = sub(str, q * 16 + 1, q * 16 + 16) else parts[q + 1] = ZERO16 end
+    end
+    while i < c and floor(((pos + i) % R) / cs) == ci do
+      parts[(pos + i) % R % cs + 1] = ts
+      i = i + 1
+    end
+    str = table.concat(parts)
+    s[f] = str
+    out[o], out[o + 1], o = f, str, o + 2
+  end
+  return o
+end
