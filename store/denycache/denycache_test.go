@@ -24,15 +24,21 @@ func (s *countingStore) Take(ctx context.Context, req ratelimit.Request) (rateli
 	return s.Store.Take(ctx, req)
 }
 
+// countedCache is a cache holding denials up to an hour over a memory
+// store that counts its calls, both on one clock set to t0.
+func countedCache() (*Cache, *countingStore, *clock) {
+	clk := &clock{}
+	clk.Set(t0)
+	inner := &countingStore{Store: memory.New(memory.WithClock(clk.Now))}
+	return New(inner, WithClock(clk.Now), WithMaxHold(time.Hour)), inner, clk
+}
+
 // TestDenyCacheFlood: a denied identity's flood never reaches the store
 // while the wait lasts; a smaller cost, another policy or a peek still do;
 // when the wait is over the store is asked again.
 func TestDenyCacheFlood(t *testing.T) {
 	ctx := context.Background()
-	var clk clock
-	clk.Set(t0)
-	inner := &countingStore{Store: memory.New(memory.WithClock(clk.Now))}
-	c := New(inner, WithClock(clk.Now), WithMaxHold(time.Hour))
+	c, inner, clk := countedCache()
 	p := ratelimit.MustParsePolicy("3/m, 100/h")
 	take := func(cost int64, pol *ratelimit.Policy, keys ...string) ratelimit.Decision {
 		t.Helper()
@@ -308,10 +314,7 @@ func TestDenyCachePenaltyStarts(t *testing.T) {
 // keeps one denial a key: rates taking turns on a key each ask the store.
 func TestDenyCacheRateChange(t *testing.T) {
 	ctx := context.Background()
-	var clk clock
-	clk.Set(t0)
-	inner := &countingStore{Store: memory.New(memory.WithClock(clk.Now))}
-	c := New(inner, WithClock(clk.Now), WithMaxHold(time.Hour))
+	c, inner, _ := countedCache()
 	low, high := ratelimit.MustParsePolicy("100/m", ratelimit.Named("plan")), ratelimit.MustParsePolicy("200/m", ratelimit.Named("plan"))
 	if low.ID() != high.ID() {
 		t.Fatalf("100/m and 200/m of one name have the IDs %q and %q, want one", low.ID(), high.ID())
