@@ -109,7 +109,11 @@ func twoRatesNeverExceedTheLarger(t *testing.T, h Harness) {
 		{ratelimit.FixedWindow, "10/m", "12/m", 12, true, nil},
 		{ratelimit.SlidingWindowApprox, "40/m", "48/m", 48, true, nil},
 	} {
-		t.Run(c.alg.String()+" "+c.low+" "+c.high, func(t *testing.T) {
+		name := c.alg.String() + " " + c.low + " " + c.high
+		if c.precisions != nil {
+			name += " sub-buckets"
+		}
+		t.Run(name, func(t *testing.T) {
 			opts := append([]ratelimit.PolicyOption{ratelimit.Named("plan"), ratelimit.WithAlgorithm(c.alg)}, c.precisions...)
 			low, high := ratelimit.MustParsePolicy(c.low, opts...), ratelimit.MustParsePolicy(c.high, opts...)
 			if low.ID() != high.ID() {
