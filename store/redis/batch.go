@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,9 +19,11 @@ const DefaultBatching = 4
 // goroutine, exactly as without batching: an idle or lightly loaded store
 // pays nothing for it. A call that finds inFlight calls on the wire queues,
 // and the next pipeline sent carries every call queued so far (at most
-// 256): under high concurrency this cuts system calls and Redis CPU per
-// request and raises throughput (see the README's benchmarks). Every Take
-// still returns by its own context's deadline.
+// 256), a policy's plain Takes in it as one script run (multi.go): under
+// high concurrency this cuts system calls and Redis CPU per request and
+// raises throughput (see the README's benchmarks). A call the run cannot
+// answer, such as a denial, goes again alone right after. Every Take still
+// returns by its own context's deadline.
 //
 // Batching is on by default, with inFlight DefaultBatching (4); 0 or less
 // turns it off (one command per Take, each on its own pooled connection).
@@ -47,7 +50,8 @@ type batcher struct {
 	max    int
 	mu     sync.Mutex
 	queue  []*pending
-	busy   int // calls and pipelines on the wire, or about to be
+	busy   int                     // calls and pipelines on the wire, or about to be
+	skip   map[*goredis.Script]int // batches a policy's calls go unmerged (multi.go)
 }
 
 // pending is one queued script call and, once done is closed, its answer.
@@ -164,11 +168,34 @@ func (b *batcher) send(batch []*pending) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	cmds := pipeline(ctx, b.client, len(live), func(i int) (*goredis.Script, []string, []any) {
-		return live[i].script, live[i].keys, live[i].args
+	b.mu.Lock()
+	if b.skip == nil {
+		b.skip = map[*goredis.Script]int{}
+	}
+	wires := merge(live, b.skip)
+	b.mu.Unlock()
+	cmds := pipeline(ctx, b.client, len(wires), func(i int) (*goredis.Script, []string, []any) {
+		return wires[i].script, wires[i].keys, wires[i].args
 	})
-	for i, p := range live {
-		p.reply, p.err = cmds[i].Int64Slice()
-		close(p.done)
+	var again []*pending
+	for i, w := range wires {
+		later := w.answer(cmds[i])
+		if w.run && 2*len(later) > len(w.calls) {
+			b.mu.Lock()
+			b.skip[w.script] = runBackoff
+			b.mu.Unlock()
+		}
+		again = append(again, later...)
+		for _, p := range w.calls {
+			if !slices.Contains(later, p) {
+				close(p.done)
+			}
+		}
+	}
+	if len(again) > 0 {
+		alone(ctx, b.client, again)
+		for _, p := range again {
+			close(p.done)
+		}
 	}
 }

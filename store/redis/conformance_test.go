@@ -25,10 +25,11 @@ func replayClient(t *testing.T, addr string) *goredis.Client {
 // TestConformanceMiniredis runs the conformance suite on the Redis store
 // on miniredis, whose TIME follows the suite's clock (SetTime) and whose
 // keys expire on it (FastForward): the scripts read Redis TIME, as in
-// production, and keys expire as the policy's TTL says. Of every three
-// stores, one carries the policy in its script, one in each call, and one
-// sends even the common call (one key, no ID, a plain take) down the
-// script's general path, so that both paths answer as the reference.
+// production, and keys expire as the policy's TTL says. Of every four
+// stores (vary), one carries the policy in its script, one in each call,
+// one sends even the common call (a plain take, no ID) down the script's
+// general path, and one sends it as a batch's run of one, so that every
+// path answers as the reference.
 func TestConformanceMiniredis(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := replayClient(t, mr.Addr())
@@ -101,13 +102,16 @@ func TestClusterConformance(t *testing.T) {
 }
 
 // vary makes the n-th store of a harness (counting on) carry its policy in
-// its script, in each call, or take every call down the general path.
+// its script, in each call, take every call down the general path, or send
+// every common call as a batch's run of one.
 func vary(s *Store, n *int) {
-	switch *n++; *n % 3 {
+	switch *n++; *n % 4 {
 	case 1:
 		s.scripts.maxBaked = 0
 	case 2:
 		s.general = true
+	case 3:
+		s.runs = true
 	}
 }
 

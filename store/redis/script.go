@@ -18,6 +18,7 @@ import (
 const (
 	opTake   = "t"
 	opFast   = "f" // a plain Take with no request ID
+	opMulti  = "m" // several opFast calls of one baked policy, in one run (batch.go)
 	opRefund = "r"
 	opReset  = "x"
 )
@@ -82,7 +83,7 @@ var prelude = func() string {
 		quote(layout.HashBlock, layout.HashBlockLimit, layout.HashGen, layout.HashExpiry, layout.HashResends, layout.HashPending))
 	line([]string{"RIDLEN", "RIDN", "QLEN", "MAXQ", "EPOCH", "MAXREP"},
 		num(layout.ResendIDLen, layout.ResendIDs, layout.PendingDigits, layout.MaxPending, layout.GenEpoch, ratelimit.MaxRepeats))
-	line([]string{"RHEAD", "KHEAD", "RLIM"}, num(rHeader, rKeyHead, rPerLimit))
+	line([]string{"RHEAD", "KHEAD", "RLIM", "MARGS"}, num(rHeader, rKeyHead, rPerLimit, multiArgs))
 	line([]string{"Q_TTL", "Q_LIMITS", "Q_BLOCK", "Q_IDTTL", "Q_RESERVES", "QHEAD"},
 		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qHead))
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))

@@ -13,7 +13,8 @@
 -- parameters P_* and STRIDE, the hash fields F_* and the time's field
 -- number I_TIME, the numbers RIDLEN, RIDN, QLEN, MAXQ, EPOCH, MAXREP, and
 -- RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
--- and of a limit's part; the policy header's positions Q_* and size QHEAD;
+-- and of a limit's part; MARGS, the arguments per call of a batch ('m');
+-- the policy header's positions Q_* and size QHEAD;
 -- the expiry slack XSLACK; BSEP, which joins a sub-bucket's cost and
 -- latest admission in its one field, and BFMT, the format of that field;
 -- LOGBASE, which packs a log's pointer field (its oldest slot plus its
@@ -39,6 +40,12 @@
 --       call), at, the key's refund count, then per limit: remaining,
 --       reset, retry, mark (a token bucket's TAT right after a charge,
 --       else 0), refill (how long it admits no more than remaining)}.
+--   'm' a batch of 'f' calls of one baked policy, run in order at one
+--       reading of TIME. ARGV: per call MARGS numbers: its number of keys,
+--       now, cost, resend ID. KEYS: the calls' keys, one call's after
+--       another's. Reply: per call, what 'f' replies, or 0 when the lean
+--       path could not answer it (nothing written: the caller sends it
+--       again alone).
 --   'r' refund. ARGV: now, cost, the policy unless baked, then per key the
 --       time of the charge, the key's refund count then, and one mark per
 --       limit. KEYS: the identities charged. Reply: how many gave back.

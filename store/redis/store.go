@@ -55,6 +55,7 @@ type Store struct {
 	ttlExtra    time.Duration    // WithClock: added to every key's TTL
 	noResendIDs bool             // tests only: calls carry no resend ID
 	ridHook     func() *resendID // tests only: the resend ID of each call
+	runs        bool             // tests only: every common call goes as a batch's run of one (multi.go)
 	general     bool             // tests only: every take by the script's general path
 	batch       *batcher         // nil: one call per Take (WithBatching(0))
 	refunds     sync.WaitGroup   // Cluster refunds running in the background

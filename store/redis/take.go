@@ -66,6 +66,8 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 		var reply []int64
 		var err error
 		switch {
+		case r.runs && mergeable(args):
+			reply, err = runOne(ctx, r.client, script, all, args)
 		case r.batch != nil:
 			reply, err = r.batch.do(ctx, script, all, args)
 		case r.cluster:

@@ -1,0 +1,410 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// roundHook records, per round a batch sends (its pipeline, or one
+// command), the resend IDs of the common calls it carried alone ('f').
+type roundHook struct {
+	mu     sync.Mutex
+	rounds [][]string
+	runs   int // runs of several calls ('m') sent
+}
+
+func (h *roundHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *roundHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.record([]goredis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.record(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (h *roundHook) runCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.runs
+}
+
+func (h *roundHook) record(cmds []goredis.Cmder) {
+	var ids []string
+	for _, c := range cmds {
+		a := c.Args()
+		if len(a) < 3 || (c.Name() != "evalsha" && c.Name() != "eval") {
+			return // not a script call: a connection's setup or SCRIPT LOAD
+		}
+		nk, _ := a[2].(int)
+		if len(a) > 3+nk+3 && a[3+nk] == opFast {
+			ids = append(ids, fmt.Sprint(a[3+nk+3]))
+		}
+		if len(a) > 3+nk && a[3+nk] == opMulti {
+			h.mu.Lock()
+			h.runs++
+			h.mu.Unlock()
+		}
+	}
+	h.mu.Lock()
+	h.rounds = append(h.rounds, ids)
+	h.mu.Unlock()
+}
+
+// batchCall is one call of a random batch, and what it got.
+type batchCall struct {
+	req  ratelimit.Request
+	op   int // 0 Take, 1 TakeUpTo, 2 Reserve
+	rid  string
+	d    ratelimit.Decision
+	err  error
+	done chan struct{}
+}
+
+func (c *batchCall) run(ctx context.Context, s *Store) (ratelimit.Decision, error) {
+	switch c.op {
+	case 1:
+		return s.TakeUpTo(ctx, c.req)
+	case 2:
+		return s.Reserve(ctx, c.req, 3*time.Second)
+	}
+	return s.Take(ctx, c.req)
+}
+
+// TestBatchRunDecidesAsAlone: a batch sends the common calls of one policy
+// as one script run. Each call must decide exactly as it would alone, in
+// the run's order, and those the run cannot answer (denials, penalties,
+// resends) go again alone after it. Random batches on miniredis, of
+// policies of every algorithm (two limits, a penalty, places in line), one
+// or two identities a call, costs up to above the rate, and calls that are
+// not common (up to, reserving, with a request ID) among them: the store
+// that batches must answer every call, and leave every key, as a store
+// that sends each call alone in that order.
+func TestBatchRunDecidesAsAlone(t *testing.T) {
+	policies := []*ratelimit.Policy{
+		ratelimit.MustParsePolicy("5/m, 12/h", ratelimit.Named("sw")),
+		ratelimit.MustParsePolicy("3/s", ratelimit.Named("tb"), ratelimit.WithAlgorithm(ratelimit.TokenBucket)),
+		ratelimit.MustParsePolicy("4/10s", ratelimit.Named("fw"), ratelimit.WithAlgorithm(ratelimit.FixedWindow)),
+		ratelimit.MustParsePolicy("3/m", ratelimit.Named("log"), ratelimit.WithAlgorithm(ratelimit.SlidingLog)),
+		ratelimit.MustParsePolicy("6/m", ratelimit.Named("approx"), ratelimit.WithAlgorithm(ratelimit.SlidingWindowApprox)),
+		ratelimit.MustParsePolicy("4/m", ratelimit.Named("blocks"), ratelimit.BlockFor(20*time.Second)),
+	}
+	const seeds, steps = 12, 50
+	for seed := range seeds {
+		t.Run(strconv.Itoa(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(seed), 7))
+			c := &clock{t: t0}
+			mrA, clientA, a := miniStore(t, WithClock(c.Now), WithBatching(1))
+			mrB, _, b := miniStore(t, WithClock(c.Now), WithBatching(0))
+			h := &roundHook{}
+			clientA.AddHook(h)
+			var ridMu sync.Mutex
+			var rid string
+			a.ridHook = func() *resendID { ridMu.Lock(); defer ridMu.Unlock(); return &resendID{id: rid} }
+			seq := 0
+			for step := 0; step < steps; step++ {
+				c.Set(c.Now().Add(time.Duration(rng.IntN(4000)) * time.Millisecond))
+				calls := make([]*batchCall, 2+rng.IntN(7))
+				for i := range calls {
+					seq++
+					p := policies[rng.IntN(len(policies))]
+					keys := []string{"ip:" + strconv.Itoa(rng.IntN(3))}
+					if rng.IntN(4) == 0 {
+						keys = append(keys, "user:"+strconv.Itoa(rng.IntN(2)))
+					}
+					bc := &batchCall{req: ratelimit.Request{Policy: p, Keys: keys, Cost: 1 + rng.Int64N(3)},
+						rid: fmt.Sprintf("q%05d", seq), done: make(chan struct{})}
+					if rng.IntN(6) == 0 {
+						bc.op = 1 + rng.IntN(2)
+					}
+					if rng.IntN(8) == 0 {
+						bc.req.ID = "id" + strconv.Itoa(rng.IntN(4))
+					}
+					calls[i] = bc
+				}
+				// The batch: every slot busy, the calls queue one by one in
+				// order, then one pipeline sends them.
+				a.batch.mu.Lock()
+				a.batch.busy = a.batch.max
+				a.batch.mu.Unlock()
+				for i, bc := range calls {
+					ridMu.Lock()
+					rid = bc.rid
+					ridMu.Unlock()
+					go func() {
+						bc.d, bc.err = bc.run(context.Background(), a)
+						close(bc.done)
+					}()
+					for {
+						a.batch.mu.Lock()
+						n := len(a.batch.queue)
+						a.batch.mu.Unlock()
+						if n == i+1 {
+							break
+						}
+						runtime.Gosched()
+					}
+				}
+				a.batch.mu.Lock()
+				batch := a.batch.take()
+				a.batch.busy = 0
+				a.batch.mu.Unlock()
+				h.mu.Lock()
+				h.rounds = nil
+				h.mu.Unlock()
+				a.batch.mu.Lock()
+				wires := merge(batch, maps.Clone(a.batch.skip)) // as send will lay them out
+				a.batch.mu.Unlock()
+				a.batch.send(batch)
+				for _, bc := range calls {
+					<-bc.done
+				}
+				// The order the batch decided in: its wires' calls, then those
+				// sent again alone.
+				h.mu.Lock()
+				var later []string
+				for _, r := range h.rounds[min(1, len(h.rounds)):] {
+					later = append(later, r...)
+				}
+				h.mu.Unlock()
+				byPending := map[*pending]*batchCall{}
+				for i, p := range batch {
+					byPending[p] = calls[i]
+				}
+				var order []*batchCall
+				for _, w := range wires {
+					for _, p := range w.calls {
+						if bc := byPending[p]; !slices.Contains(later, bc.rid) {
+							order = append(order, bc)
+						}
+					}
+				}
+				for _, id := range later {
+					for _, bc := range calls {
+						if bc.rid == id {
+							order = append(order, bc)
+						}
+					}
+				}
+				if len(order) != len(calls) {
+					t.Fatalf("step %d: %d calls in the order found, want %d (rounds %v)", step, len(order), len(calls), h.rounds)
+				}
+				for i, bc := range order {
+					b.ridHook = func() *resendID { return &resendID{id: bc.rid} }
+					d, err := bc.run(context.Background(), b)
+					if (err != nil) != (bc.err != nil) || !reflect.DeepEqual(d, bc.d) {
+						t.Fatalf("step %d, call %d of %d (%+v, op %d): batched %+v, %v; alone %+v, %v",
+							step, i, len(order), bc.req, bc.op, bc.d, bc.err, d, err)
+					}
+				}
+				sameKeys(t, step, mrA, mrB)
+			}
+			if h.runCount() == 0 {
+				t.Fatal("no batch went as a run")
+			}
+		})
+	}
+}
+
+// sameKeys fails unless a and b hold the same keys with the same fields,
+// values and expiries.
+func sameKeys(t *testing.T, step int, a, b *miniredis.Miniredis) {
+	t.Helper()
+	ka, kb := a.Keys(), b.Keys()
+	if !reflect.DeepEqual(ka, kb) {
+		t.Fatalf("step %d: keys batched %v, alone %v", step, ka, kb)
+	}
+	for _, k := range ka {
+		if a.Type(k) != "hash" {
+			continue
+		}
+		fa, _ := a.HKeys(k)
+		fb, _ := b.HKeys(k)
+		if !reflect.DeepEqual(fa, fb) {
+			t.Fatalf("step %d: key %s: fields batched %v, alone %v", step, k, fa, fb)
+		}
+		for _, f := range fa {
+			if va, vb := a.HGet(k, f), b.HGet(k, f); va != vb {
+				t.Fatalf("step %d: key %s field %s: batched %q, alone %q", step, k, f, va, vb)
+			}
+		}
+		if ta, tb := a.TTL(k), b.TTL(k); ta != tb {
+			t.Fatalf("step %d: key %s: TTL batched %v, alone %v", step, k, ta, tb)
+		}
+	}
+}
+
+// queue puts calls in a's batch queue in order, every slot held busy, and
+// returns them taken off the queue, as a pipeline would send them; each
+// caller's Take returns its answer on its channel.
+func queue(t *testing.T, a *Store, calls []ratelimit.Request) ([]*pending, []chan ratelimit.Decision) {
+	t.Helper()
+	a.batch.mu.Lock()
+	a.batch.busy = a.batch.max
+	a.batch.mu.Unlock()
+	out := make([]chan ratelimit.Decision, len(calls))
+	for i, req := range calls {
+		out[i] = make(chan ratelimit.Decision, 1)
+		go func() {
+			d, err := a.Take(context.Background(), req)
+			if err != nil {
+				t.Error(err)
+			}
+			out[i] <- d
+		}()
+		for {
+			a.batch.mu.Lock()
+			n := len(a.batch.queue)
+			a.batch.mu.Unlock()
+			if n == i+1 {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	a.batch.mu.Lock()
+	defer a.batch.mu.Unlock()
+	batch := a.batch.take()
+	a.batch.busy = 0
+	return batch, out
+}
+
+// TestBatchRunResentChargesOnce: go-redis sends a pipeline again when its
+// connection breaks before the replies arrive, so a run can run twice. The
+// second run finds every call's resend ID marked as a resend and answers
+// none of them; each goes again alone as a resend, which the script finds
+// among its key's charges: every call counts once.
+func TestBatchRunResentChargesOnce(t *testing.T) {
+	c := &clock{t: t0}
+	_, _, a := miniStore(t, WithClock(c.Now), WithBatching(1))
+	p := ratelimit.MustParsePolicy("5/h", ratelimit.Named("resent"))
+	reqs := []ratelimit.Request{
+		{Policy: p, Keys: []string{"ip:1"}, Cost: 1},
+		{Policy: p, Keys: []string{"ip:2"}, Cost: 2},
+		{Policy: p, Keys: []string{"ip:1", "user:1"}, Cost: 1},
+	}
+	batch, answers := queue(t, a, reqs)
+	a.batch.send(batch)
+	for step, ch := range answers {
+		if d := <-ch; !d.Allowed {
+			t.Fatalf("step %d: the first run denied %+v", step, d)
+		}
+	}
+	for _, q := range batch { // the same calls, their IDs sent once already
+		q.reply, q.err, q.done = nil, nil, make(chan struct{})
+	}
+	a.batch.send(batch)
+	for step, q := range batch {
+		if q.err != nil || len(q.reply) <= rHeader || q.reply[rHeader] != kindResent {
+			t.Fatalf("step %d: the resent run answered %v, %v; want a resend of a charged call (key kind %d)", step, q.reply, q.err, kindResent)
+		}
+	}
+	for step, want := range map[string]int64{"ip:1": 3, "ip:2": 3, "user:1": 4} {
+		if d := mustTake(t, a, p, 0, step); d.Remaining != want {
+			t.Fatalf("%s: %d left, want %d: every call counted once", step, d.Remaining, want)
+		}
+	}
+}
+
+// TestBatchRunBacksOff: a run most of whose calls go again alone (a flood
+// of denials) makes that policy's next runBackoff batches go unmerged;
+// then runs resume.
+func TestBatchRunBacksOff(t *testing.T) {
+	c := &clock{t: t0}
+	_, client, a := miniStore(t, WithClock(c.Now), WithBatching(1))
+	h := &roundHook{}
+	client.AddHook(h)
+	p := ratelimit.MustParsePolicy("2/h", ratelimit.Named("flood"))
+	flood := make([]ratelimit.Request, 6)
+	for i := range flood {
+		flood[i] = ratelimit.Request{Policy: p, Keys: []string{"ip:1"}, Cost: 1}
+	}
+	for step := 0; step <= runBackoff+1; step++ {
+		batch, answers := queue(t, a, flood)
+		before := h.runCount()
+		a.batch.send(batch)
+		for _, ch := range answers {
+			<-ch
+		}
+		merged := h.runCount() > before
+		if want := step == 0 || step == runBackoff+1; merged != want {
+			t.Fatalf("step %d: batch went as a run: %v, want %v (backoff of %d batches after a run of denials)", step, merged, want, runBackoff)
+		}
+	}
+}
+
+// TestRealBatchRunsExact: 64 callers on a real Redis, batched by default:
+// the pipelines carry runs, and each identity of a 100/h policy is
+// admitted exactly 100 of its 200 requests.
+func TestRealBatchRunsExact(t *testing.T) {
+	if !realRedis() {
+		t.Skip("no redis-server on PATH (RATELIMIT_REQUIRE_REDIS=1 makes this a failure): the batch's runs are covered on miniredis")
+	}
+	client := redistest.StartServer(t).Client(t)
+	h := &roundHook{}
+	client.AddHook(h)
+	s, err := New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ratelimit.MustParsePolicy("100/h", ratelimit.Named("runs"))
+	const ids, per, callers = 8, 200, 64
+	var admitted [ids]atomic.Int64
+	var wg sync.WaitGroup
+	work := make(chan int, ids*per)
+	for i := range ids * per {
+		work <- i % ids
+	}
+	close(work)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:" + strconv.Itoa(id)}, Cost: 1})
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[id].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for id := range admitted {
+		if n := admitted[id].Load(); n != 100 {
+			t.Errorf("identity %d: admitted %d of %d under 100/h", id, n, per)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.runs == 0 {
+		t.Fatal("no pipeline carried a run of several calls: the test did not reach what it checks")
+	}
+	t.Logf("%d runs of several calls among %d rounds", h.runs, len(h.rounds))
+}

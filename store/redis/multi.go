@@ -1,0 +1,179 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// A pipeline of queued calls (batch.go) sends the common call of a baked
+// policy ('f': a plain Take) as one script run per policy ('m'), not one
+// run each: Redis then starts the script, sets up its names and reads its
+// clock once for the lot, which is most of what a call costs it beyond
+// its own keys (docs/internals.md, "Batching"). The run decides the calls
+// in order, each exactly as it would alone; a call its lean path cannot
+// answer (a denial, a penalty, a resend, ...) gets 0, nothing written, and
+// goes again alone in a second pipeline.
+
+// multiArgs is how many arguments each call of a batch carries: its number
+// of keys, now, cost and resend ID (MARGS in the script).
+const multiArgs = 4
+
+// maxMulti bounds the calls in one run. Redis runs a script alone, so a
+// run holds up every other client for as long as it lasts: 32 calls take
+// about 0.2 ms, no longer than a pipeline of 32 calls keeps one busy.
+const maxMulti = 32
+
+// runBackoff is how many of its next batches a policy's calls go unmerged
+// after a run most of whose calls went again alone (a flood of denials):
+// there a run costs them a second round trip, and Redis the lean path's
+// try, for nothing.
+const runBackoff = 8
+
+// wire is one command of a batch's pipeline: one call alone, or a run of
+// several (run).
+type wire struct {
+	script *goredis.Script
+	keys   []string
+	args   []any
+	calls  []*pending
+	run    bool
+}
+
+// mergeable says whether a call of these arguments is a common call of a
+// baked policy (its arguments carry no policy), which a run can carry.
+func mergeable(args []any) bool {
+	return len(args) == 4 && args[0] == opFast
+}
+
+// merge lays out live as the commands of one pipeline: the mergeable calls
+// of each script together (up to maxMulti a run), in the order of their
+// first, and every other call alone. A script with batches left in skip
+// (see runBackoff) has its calls sent alone, and one batch fewer left.
+func merge(live []*pending, skip map[*goredis.Script]int) []*wire {
+	wires := make([]*wire, 0, len(live))
+	open := map[*goredis.Script]*wire{}
+	skipped := map[*goredis.Script]bool{}
+	for _, p := range live {
+		if skip[p.script] > 0 {
+			skipped[p.script] = true
+		}
+		if !mergeable(p.args) || skipped[p.script] {
+			wires = append(wires, &wire{script: p.script, keys: p.keys, args: p.args, calls: []*pending{p}})
+			continue
+		}
+		w := open[p.script]
+		if w == nil || len(w.calls) == maxMulti {
+			w = &wire{script: p.script}
+			open[p.script] = w
+			wires = append(wires, w)
+		}
+		w.calls = append(w.calls, p)
+	}
+	for sc := range skipped {
+		if skip[sc]--; skip[sc] == 0 {
+			delete(skip, sc)
+		}
+	}
+	for _, w := range wires {
+		if len(w.calls) > 1 {
+			w.lay()
+		} else if w.args == nil {
+			w.keys, w.args = w.calls[0].keys, w.calls[0].args
+		}
+	}
+	return wires
+}
+
+// lay makes w a run of its calls: their keys one call's after another's,
+// and per call its number of keys, now, cost and resend ID.
+func (w *wire) lay() {
+	w.run, w.keys = true, nil
+	w.args = make([]any, 1, 1+multiArgs*len(w.calls))
+	w.args[0] = opMulti
+	for _, p := range w.calls {
+		w.keys = append(w.keys, p.keys...)
+		w.args = append(w.args, len(p.keys), p.args[1], p.args[2], p.args[3])
+	}
+}
+
+// runOne sends a common call as a run of one: what a Store does with every
+// common call when a test sets runs, so that the conformance suite goes
+// through the script's batch path.
+func runOne(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, keys []string, args []any) ([]int64, error) {
+	p := &pending{ctx: ctx, script: s, keys: keys, args: args}
+	w := &wire{script: s, calls: []*pending{p}}
+	w.lay()
+	if again := w.answer(runScript(ctx, c, s, w.keys, w.args)); len(again) > 0 {
+		alone(ctx, c, again)
+	}
+	return p.reply, p.err
+}
+
+// answer hands each call of w its part of cmd's reply, and returns those
+// the run could not answer.
+func (w *wire) answer(cmd *goredis.Cmd) (again []*pending) {
+	if !w.run {
+		p := w.calls[0]
+		p.reply, p.err = cmd.Int64Slice()
+		return nil
+	}
+	parts, err := cmd.Slice()
+	if err == nil && len(parts) != len(w.calls) {
+		err = fmt.Errorf("a batch of %d calls got %d answers", len(w.calls), len(parts))
+	}
+	for i, p := range w.calls {
+		if err != nil {
+			p.err = err
+			continue
+		}
+		switch part := parts[i].(type) {
+		case int64:
+			if part != 0 {
+				p.err = fmt.Errorf("unexpected answer %d in a batch", part)
+				continue
+			}
+			again = append(again, p)
+		case []any:
+			p.reply = make([]int64, len(part))
+			for j, v := range part {
+				n, ok := v.(int64)
+				if !ok {
+					p.reply, p.err = nil, fmt.Errorf("unexpected value %v in a batch's answer", v)
+					break
+				}
+				p.reply[j] = n
+			}
+		default:
+			p.err = fmt.Errorf("unexpected answer %T in a batch", part)
+		}
+	}
+	return again
+}
+
+// alone sends again, one command each, the calls a run could not answer.
+// Nothing of them was written, so a call whose resend ID went out once is
+// a first run again (fresh); one whose ID went out more than once (the
+// pipeline was resent) may have been charged by the run that was lost,
+// and stays a resend, which the script looks up.
+func alone(ctx context.Context, c goredis.UniversalClient, calls []*pending) {
+	args := make([][]any, len(calls))
+	for i, p := range calls {
+		args[i] = p.args
+		if rid, ok := p.args[3].(*resendID); !ok || rid.sent.Load() <= 1 {
+			args[i] = fresh(p.args)
+		}
+	}
+	if len(calls) == 1 {
+		p := calls[0]
+		p.reply, p.err = runScript(p.ctx, c, p.script, p.keys, args[0]).Int64Slice()
+		return
+	}
+	cmds := pipeline(ctx, c, len(calls), func(i int) (*goredis.Script, []string, []any) {
+		return calls[i].script, calls[i].keys, args[i]
+	})
+	for i, p := range calls {
+		p.reply, p.err = cmds[i].Int64Slice()
+	}
+}
