@@ -227,8 +227,10 @@ local function report(s, key, j, t, used, total, avail, ch)
     local n1 = n + 1
     local k, h = floor(t / w), floor(s[I_TIME] / w)
     if k - h >= n1 then return rem, 0 end
-    bload(s, key, j, k - n, h)
+    -- The newest sub-bucket that counts, from the last charge's down: that
+    -- one holds cost but after a refund, so it is read alone first.
     for b = h, k - n, -1 do
+      if b == h - 1 then bload(s, key, j, k - n, h - 1) else bload(s, key, j, b, b) end
       local x = off + 1 + b % n1
       if s[x] ~= 0 and not (b == k - n and s[-x] <= t - k * w) then
         return rem, (b + n) * w + s[-x] - t
