@@ -140,7 +140,7 @@ const MinApproxRate = 30
 // MaxSpan), so every time the stores compute in microseconds stays below
 // 2^53 (exact in the doubles of Redis Lua) while the clock reads before
 // 2^53 − 2.25 × 2^50 µs after the Unix epoch: February 2175.
-const MaxSpan = time.Duration(1<<50) * time.Microsecond
+const MaxSpan = time.Duration(layout.MaxSpanUS) * time.Microsecond
 
 // Limit is one rule of a Policy: at most Rate units of cost per Period.
 type Limit struct {
@@ -253,10 +253,11 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 	// A log's rate is left out too: its ring holds Rate times, and a
 	// policy of another rate lays it out anew for its own (keeping the
 	// newest times, which is exact: see internal/layout's LogPointerBase).
-	// A token bucket keeps its capacity and interval in it: its time is
-	// counted in emission intervals (Period / Rate), and its key must
-	// outlive Burst of them. The definition's fingerprint (df) covers
-	// every number.
+	// A token bucket's rate and burst are left out too: its TAT carries
+	// the emission interval it was written in, which drains it until a
+	// charge rewrites it in the charging policy's (internal/layout's
+	// TokenTAT), and each policy checks it against its own burst. The
+	// definition's fingerprint (df) covers every number.
 	fp, df := sha256.New(), sha256.New()
 	fmt.Fprintf(fp, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
 	fmt.Fprintf(df, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
@@ -366,11 +367,7 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 			}
 		}
 		fmt.Fprintf(df, "|%d/%d/%d/%d/%d", l.Rate, period, counter, buckets, burst)
-		if counter == layout.Token {
-			fmt.Fprintf(fp, "|%d/%d/%d/%d/%d", capacity, period, counter, buckets, width)
-		} else {
-			fmt.Fprintf(fp, "|%d/%d/%d", period, counter, buckets)
-		}
+		fmt.Fprintf(fp, "|%d/%d/%d", period, counter, buckets)
 	}
 	p.layout = layout.Compile(lay, block.Microseconds(), ExactRateMax)
 	p.id = name + ":" + hex.EncodeToString(fp.Sum(nil)[:8])
@@ -402,14 +399,14 @@ func (p *Policy) Limit(i int) Limit { return p.limits[i] }
 // ID returns the identity of the policy's counters in a store: the name
 // and a fingerprint of how they are laid out. Two policies with the same
 // ID share counters, each checking them against its own limits. A policy
-// that differs from another of its name only in the Rate of limits of a
-// SlidingWindow, a SlidingLog, a FixedWindow or a SlidingWindowApprox
-// shares its ID, so changing such a rate (a plan change, a rolling
-// deploy) keeps what was used: the new rate applies to it, up or down.
-// Any other change starts the new policy with fresh counters: an
-// algorithm, a period, a precision, a penalty, a TokenBucket's rate or
-// burst, or a SlidingWindow's rate across ExactRateMax (a log up to it,
-// sub-buckets above).
+// that differs from another of its name only in the Rate of its limits
+// (and a TokenBucket's Burst) shares its ID, so changing a rate (a plan
+// change, a rolling deploy) keeps what was used: the new rate applies to
+// it, up or down. (A token bucket's debt drains at the rate of the policy
+// that last charged it.) Any other change starts the new policy with
+// fresh counters: an algorithm, a period, a precision, a penalty, or a
+// SlidingWindow's rate across ExactRateMax (a log up to it, sub-buckets
+// above).
 func (p *Policy) ID() string { return p.id }
 
 // MaxCost returns the largest cost a single request can ever be admitted

@@ -18,8 +18,9 @@ import (
 // rates share an identity's counters, through the Limiter's API, on the
 // memory store, miniredis and a real Redis: after 10 of "api" 10/m, 20/m
 // admits exactly 10 more that minute; after 15 of 20/m, 10/m admits none
-// until the window frees; two Limiters of 10/m and 12/m taking turns on
-// one identity admit at most 12 in any minute.
+// until the window frees (the same of a token bucket); two Limiters of
+// 10/m and 12/m taking turns on one identity admit at most 12 in any
+// minute.
 func TestRateChangeKeepsCounters(t *testing.T) {
 	type backend struct {
 		name string
@@ -50,8 +51,8 @@ func TestRateChangeKeepsCounters(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			st, clk := b.make(t)
-			limiter := func(policy string) *ratelimit.Limiter {
-				l, err := ratelimit.New(st, ratelimit.MustParsePolicy(policy, ratelimit.Named("api")))
+			limiter := func(policy string, opts ...ratelimit.PolicyOption) *ratelimit.Limiter {
+				l, err := ratelimit.New(st, ratelimit.MustParsePolicy(policy, append(opts, ratelimit.Named("api"))...))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -71,6 +72,8 @@ func TestRateChangeKeepsCounters(t *testing.T) {
 				return got
 			}
 			ten, twenty, twelve := limiter("10/m"), limiter("20/m"), limiter("12/m")
+			token := ratelimit.WithAlgorithm(ratelimit.TokenBucket)
+			tbTen, tbTwenty := limiter("10/m", token), limiter("20/m", token)
 			for i, c := range []struct {
 				first     *ratelimit.Limiter
 				used      int
@@ -80,6 +83,10 @@ func TestRateChangeKeepsCounters(t *testing.T) {
 			}{
 				{ten, 10, twenty, 10, 20},
 				{twenty, 15, ten, 0, 10},
+				// A token bucket (burst = rate): the debt drains at the rate
+				// that last charged it, 20/m in both, so a minute clears it.
+				{tbTen, 10, tbTwenty, 10, 20},
+				{tbTwenty, 15, tbTen, 0, 10},
 			} {
 				key := "tenant-" + string(rune('a'+i))
 				if got := admits(c.first, key, c.used); got != c.used {

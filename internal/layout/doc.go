@@ -24,7 +24,9 @@
 //	         to a field)
 //	Fixed    the window index, and the cost counted in it
 //	Token    the theoretical arrival time (TAT) of the next token, after
-//	         the charges made up to MemTime
+//	         the charges made up to MemTime, and the emission interval it
+//	         was written in (0: never written), which a policy of another
+//	         rate reads it in (token.go)
 //	Approx   the window index, its cost, and the previous window's
 //
 // Pending reservations (ratelimit.Reserver) are admissions whose release

@@ -172,7 +172,7 @@ func (l Limit) MemFields() int {
 	case Fixed:
 		return 2
 	case Token:
-		return 1
+		return 2 // the TAT, and the interval it was written in (token.go)
 	}
 	return 3
 }
@@ -188,7 +188,7 @@ func (l Limit) hashFields(smallLog int64) int64 {
 	case Fixed:
 		return 2
 	case Token:
-		return 1
+		return 2
 	}
 	return 3
 }

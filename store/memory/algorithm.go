@@ -91,14 +91,17 @@ func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
 			e.retry = (t/p.Width+1)*p.Width - t
 		}
 	case layout.Token:
+		// In the interval the TAT was written in, against this policy's
+		// burst (internal/layout's token.go).
+		w := tokenWidth(st, p)
 		e.used = max(tokenTAT(k, p), t)
-		limit := p.Capacity * p.Width // ≤ MaxSpan: NewPolicy bounds burst × interval
+		limit := layout.TokenRoom(p.Capacity, w)
 		if x := limit - (e.used - t); x > 0 {
-			e.avail = x / p.Width
+			e.avail = x / w
 		}
-		if c > p.Capacity {
+		if cw := layout.TokenRoom(c, w); c > p.Capacity || cw == layout.MaxSpanUS {
 			e.retry = -1
-		} else if next := (e.used - t) + c*p.Width; next > limit {
+		} else if next := (e.used - t) + cw; next > limit {
 			e.retry = next - limit
 		}
 	case layout.Approx:
@@ -148,10 +151,11 @@ func report(k *counters, t int64, p *layout.Limit, e *eval, ch int64) (rem, rese
 			reset = (t/p.Width+1)*p.Width - t
 		}
 	case layout.Token:
-		ahead := (e.used - t) + ch*p.Width // the TAT after the charge, from t
+		w := tokenWidth(k.st, p)
+		ahead := (e.used - t) + ch*w // the TAT after the charge, from t
 		rem = 0
-		if x := p.Capacity*p.Width - ahead; x > 0 {
-			rem = x / p.Width
+		if x := layout.TokenRoom(p.Capacity, w) - ahead; x > 0 {
+			rem = x / w
 		}
 		reset = ahead
 	case layout.Approx:
@@ -211,11 +215,13 @@ func refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64
 		}
 		return p.Period
 	case layout.Token:
-		x := p.Capacity*w - ((e.used - t) + ch*w) // the room the bucket has, µs
-		if x >= p.Capacity*w {
+		tw := tokenWidth(st, p)
+		room := layout.TokenRoom(p.Capacity, tw)
+		x := room - ((e.used - t) + ch*tw) // the room the bucket has, µs
+		if x >= room {
 			return w // full: a token comes back one interval after one is used
 		}
-		return (rem+1)*w - x
+		return (rem+1)*tw - x
 	case layout.Approx:
 		kk := t / w
 		end := (kk+1)*w - t
@@ -293,7 +299,9 @@ func refund(st []int64, now, at int64, p *layout.Limit, c, tat int64, sameGen bo
 		// then nothing is given back (the charge stays, which never
 		// over-admits). Pending reservations are not in the TAT: they
 		// are charged over it, and a lower TAT never makes them count less.
-		if sameGen {
+		// A bucket written in another interval since (which bumps the
+		// refund count) gives nothing back either.
+		if sameGen && st[p.Mem+1] == p.Width {
 			st[p.Mem] -= min(c*p.Width, max(tat-st[layout.MemTime], 0))
 		}
 	case layout.Approx:

@@ -47,6 +47,9 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 	for _, k := range keys {
 		k.t0 = max(now, k.st[layout.MemTime])
 		k.t, k.skew = k.t0, k.t0-now
+		if k.drained(lim, k.t0) {
+			k.forget(lim)
+		}
 		if k.st[layout.MemBlock] > k.t0 {
 			blockedAny = true
 		}
@@ -125,6 +128,16 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 		granted = 0
 	}
 	for ki, k := range keys {
+		if charged > 0 && k.t == k.t0 && k.retime(lim, k.t0) {
+			// A token bucket of another interval, rewritten in its
+			// limit's: reported and charged as it now stands.
+			for i := range lim {
+				if lim[i].Kind == layout.Token {
+					evs[ki][i] = evaluate(&k.counters, k.t, &lim[i], c1)
+					evs[ki][i].retry = 0
+				}
+			}
+		}
 		for i := range lim {
 			e := &evs[ki][i]
 			rem, reset := report(&k.counters, k.t, &lim[i], e, charged)
@@ -143,6 +156,11 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 				for i := range lim {
 					if lim[i].Kind == layout.Token {
 						k.tats[i] = k.t + charged*lim[i].Width
+						// A place in line counts in the interval the bucket
+						// was written in: one never written takes this one's.
+						if k.st[lim[i].Mem+1] == 0 {
+							k.st[lim[i].Mem+1] = lim[i].Width
+						}
 					}
 				}
 			} else {

@@ -278,6 +278,14 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 				last = max(last, k.pend[n-1].at)
 			}
 			e.expires = max(e.expires, last+ttl)
+			for i := range lim {
+				if lim[i].Kind == layout.Token {
+					// A TAT written in another interval, or places in line
+					// counted in one, may owe past the TTL: the entry
+					// outlives what it owes (store/redis's debt).
+					e.expires = max(e.expires, tokenTAT(&k.counters, &lim[i]))
+				}
+			}
 		}
 		if k.charged {
 			charged = append(charged, req.Keys[ki])

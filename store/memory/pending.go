@@ -27,7 +27,8 @@ type counters struct {
 // fields alone: a charge made now, or a reservation folded in.
 func chargeUnits(st []int64, t int64, p *layout.Limit, c int64) {
 	if p.Kind == layout.Token {
-		st[p.Mem] = max(st[p.Mem], t) + c*p.Width
+		w := tokenWidth(st, p)
+		st[p.Mem], st[p.Mem+1] = max(st[p.Mem], t)+c*w, w
 		return
 	}
 	ptr := st[p.Mem]
@@ -38,13 +39,82 @@ func chargeUnits(st []int64, t int64, p *layout.Limit, c int64) {
 }
 
 // tokenTAT is a token bucket's theoretical arrival time with the pending
-// reservations charged in order of release.
+// reservations charged in order of release, in the interval it was
+// written in.
 func tokenTAT(k *counters, p *layout.Limit) int64 {
-	tat := k.st[p.Mem]
+	tat, w := k.st[p.Mem], tokenWidth(k.st, p)
 	for _, r := range k.pend {
-		tat = max(tat, r.at) + r.cost*p.Width
+		tat = max(tat, r.at) + r.cost*w
 	}
 	return tat
+}
+
+// tokenWidth is the emission interval a token bucket's TAT was written in:
+// its field after the TAT, or the limit's own when it was never written.
+func tokenWidth(st []int64, p *layout.Limit) int64 {
+	if w := st[p.Mem+1]; w != 0 {
+		return w
+	}
+	return p.Width
+}
+
+// drained reports whether k holds token buckets and every one of them
+// owes nothing at t: its TAT, the places in line included, in the
+// interval it was written in, is no later than t. Such a state reads as
+// never written (forget), in both stores: a Redis key outlives the memory
+// store's entry by up to a quarter TTL (its expiry is pushed ahead in
+// steps), and what it still holds must answer as the fresh entry does.
+func (k *counters) drained(lim []layout.Limit, t int64) bool {
+	any := false
+	for i := range lim {
+		if p := &lim[i]; p.Kind == layout.Token {
+			if tokenTAT(k, p) > t {
+				return false
+			}
+			any = true
+		}
+	}
+	return any
+}
+
+// forget makes k's drained token buckets read as never written: no
+// interval (the reader's own) and no places in line (all released, and
+// owing nothing). Their TATs, all past, stay: they count as nothing.
+func (k *counters) forget(lim []layout.Limit) {
+	for i := range lim {
+		if p := &lim[i]; p.Kind == layout.Token {
+			k.st[p.Mem+1] = 0
+		}
+	}
+	k.pend, k.held = nil, 0
+}
+
+// retime rewrites, before a charge at t0 (not a place in line), every
+// token bucket of k written in another interval than its limit's: the
+// reservations released by t0 are folded in first, in the interval they
+// were promised in, then what the TAT still owes is rewritten in the
+// limit's (layout.TokenTAT), and the refund count goes up, so that a
+// refund of an earlier charge, whose arithmetic was in the old interval,
+// gives nothing back. It reports whether any was rewritten.
+func (k *counters) retime(lim []layout.Limit, t0 int64) bool {
+	any := false
+	for i := range lim {
+		if p := &lim[i]; p.Kind == layout.Token && tokenWidth(k.st, p) != p.Width {
+			any = true
+		}
+	}
+	if !any {
+		return false
+	}
+	k.fold(lim, t0)
+	for i := range lim {
+		if p := &lim[i]; p.Kind == layout.Token && tokenWidth(k.st, p) != p.Width {
+			k.st[p.Mem] = layout.TokenTAT(k.st[p.Mem], k.st[p.Mem+1], p.Width, t0)
+			k.st[p.Mem+1] = p.Width
+		}
+	}
+	k.st[layout.MemGen]++
+	return true
 }
 
 // logUnit returns the time of the i-th oldest (0-based) of the last

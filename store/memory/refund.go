@@ -79,8 +79,11 @@ func (m *Store) Refund(ctx context.Context, r ratelimit.Receipt) error {
 			e.f = relayout(e.f, e.lay, use)
 		}
 		e.lay = use
+		// A drained token bucket gives nothing back: it owes nothing, and
+		// reads as never written (see drained).
+		sameGen := e.f[layout.MemGen] == gen && !(&counters{st: e.f, pend: e.pend}).drained(use.Limits, now)
 		for i := range use.Limits {
-			refund(e.f, now, at, &use.Limits[i], c.Cost, marks[ki*stride+2+i], e.f[layout.MemGen] == gen)
+			refund(e.f, now, at, &use.Limits[i], c.Cost, marks[ki*stride+2+i], sameGen)
 		}
 		e.f[layout.MemGen]++
 	}

@@ -55,7 +55,7 @@ local function fields(f, ch, m, now)
         for c = 1, nch do f[m + 1], ch[m + 1], m = off + c, true, m + 1 end
       end
     elseif kind == K_TOKEN then
-      f[m + 1], m = off, m + 1
+      f[m + 1], f[m + 2], m = off, off + 1, m + 2
     elseif kind == K_FIXED then
       f[m + 1], f[m + 2], m = off, off + 1, m + 2
     else
@@ -81,10 +81,41 @@ local function bload(s, key, j, from, to)
   for i = 1, m do bdecode(s, f[i], v[i]) end
 end
 
+-- tw is the emission interval a token bucket's TAT was written in: its
+-- field after the TAT, or the limit's own when never written (see
+-- internal/layout's token.go, which troom and tconv mirror).
+local function tw(s, j)
+  local w = s[P[j + P_HASH] + 1]
+  if not w or w == 0 then return P[j + P_WIDTH] end
+  return w
+end
+
+-- troom is c units of w µs, in µs, at most MAXSPAN (layout.TokenRoom).
+local function troom(c, w)
+  local r = c * w
+  if r >= MAXSPAN then return MAXSPAN end
+  return r
+end
+
+-- tconv returns the TAT x, written in interval from, rewritten in interval
+-- to at t (layout.TokenTAT).
+local function tconv(x, from, to, t)
+  if from == to or x <= t then return x end
+  local d = x - t
+  local q = floor(d / from)
+  local r = d - q * from
+  if r < 0 then q, r = q - 1, r + from elseif r >= from then q, r = q + 1, r - from end
+  if q * to >= MAXSPAN then return t + MAXSPAN end
+  local y = q * to + ceil(r * to / from)
+  if y > MAXSPAN then y = MAXSPAN end
+  return t + y
+end
+
 -- tat is a token bucket's theoretical arrival time with the pending
--- reservations charged in order of release.
+-- reservations charged in order of release, in the interval it was
+-- written in.
 local function tat(s, j)
-  local x, w = s[P[j + P_HASH]], P[j + P_WIDTH]
+  local x, w = s[P[j + P_HASH]], tw(s, j)
   for q = 1, #s.qa do
     if x < s.qa[q] then x = s.qa[q] end
     x = x + s.qc[q] * w
@@ -187,15 +218,18 @@ local function evaluate(s, key, j, t, c)
       retry = (floor(t / w) + 1) * w - t
     end
   elseif kind == K_TOKEN then
+    -- In the interval the TAT was written in, against this burst.
+    w = tw(s, j)
     used = tat(s, j)
     if used < t then used = t end
-    local limit = cap * w
+    local limit = troom(cap, w)
     local x = limit - (used - t)
     if x > 0 then avail = floor(x / w) end
-    if c > cap then
+    local cw = troom(c, w)
+    if c > cap or cw == MAXSPAN then
       retry = -1
     else
-      local nx = (used - t) + c * w
+      local nx = (used - t) + cw
       if nx > limit then retry = nx - limit end
     end
   else
@@ -239,9 +273,10 @@ local function report(s, key, j, t, used, total, avail, ch)
   elseif kind == K_FIXED then
     if used + ch > 0 then reset = (floor(t / w) + 1) * w - t end
   elseif kind == K_TOKEN then
+    w = tw(s, j)
     local ahead = (used - t) + ch * w -- the TAT after the charge, from t
     rem = 0
-    local x = P[j + P_CAP] * w - ahead
+    local x = troom(P[j + P_CAP], w) - ahead
     if x > 0 then rem = floor(x / w) end
     reset = ahead
   else
@@ -305,9 +340,11 @@ local function refill(s, key, j, t, used, total, avail, ch, rem)
     end
     return P[j + P_PERIOD]
   elseif kind == K_TOKEN then
-    local x = cap * w - ((used - t) + ch * w)
-    if x >= cap * w then return w end
-    return (rem + 1) * w - x
+    local v = tw(s, j)
+    local room = troom(cap, v)
+    local x = room - ((used - t) + ch * v)
+    if x >= room then return w end
+    return (rem + 1) * v - x
   elseif kind == K_APPROX then
     local m = cap - (used + ch) - (rem + 1)
     if total > 0 and m >= 0 then
@@ -325,10 +362,15 @@ end
 local function units(s, key, j, t, c, out, o)
   local off = P[j + P_HASH]
   if P[j + P_KIND] == K_TOKEN then
-    local x = s[off]
+    local x, w = s[off], tw(s, j)
     if x < t then x = t end
-    s[off] = x + c * P[j + P_WIDTH]
+    s[off] = x + c * w
     out[o], out[o + 1] = off, fmt('%d', s[off])
+    if s[off + 1] ~= w then -- never written
+      s[off + 1] = w
+      out[o + 2], out[o + 3] = off + 1, w
+      return o + 4
+    end
     return o + 2
   end
   local R, ptr = s.ring[j], s[off]
@@ -366,6 +408,57 @@ local function fold(s, key, t, out, o)
     s.qa, s.qc = qa, qc
   end
   return o, n > 0
+end
+
+-- drained reports whether s holds token buckets and every one of them
+-- owes nothing at t (its TAT, places in line included, in the interval it
+-- was written in); forget then makes them read as never written: no
+-- interval, no places in line (s.qdirty: the next write clears the
+-- field). A key that outlived the memory store's entry (its expiry is
+-- pushed ahead in steps) so answers as a fresh one (store/memory's
+-- drained and forget).
+local function drained(s, t)
+  local any = false
+  for j = 0, STRIDE * (NL - 1), STRIDE do
+    if P[j + P_KIND] == K_TOKEN then
+      if tat(s, j) > t then return false end
+      any = true
+    end
+  end
+  return any
+end
+
+local function forget(s)
+  for j = 0, STRIDE * (NL - 1), STRIDE do
+    if P[j + P_KIND] == K_TOKEN then s[P[j + P_HASH] + 1] = 0 end
+  end
+  if #s.qa > 0 then s.qa, s.qc, s.h, s.qdirty = {}, {}, 0, true end
+end
+
+-- retime rewrites, before a charge at t0 (not a place in line), every
+-- token bucket of s written in another interval than its limit's: the
+-- reservations released by t0 are folded in first (fold), then what the
+-- TAT owes is rewritten in the limit's interval (tconv; units writes it
+-- with the charge) and the refund count goes up (store/memory's retime).
+-- It returns the next free index of out, whether it rewrote any and
+-- whether it folded reservations.
+local function retime(s, key, t0, out, o)
+  local any = false
+  for j = 0, STRIDE * (NL - 1), STRIDE do
+    if P[j + P_KIND] == K_TOKEN and tw(s, j) ~= P[j + P_WIDTH] then any = true end
+  end
+  if not any then return o, false, false end
+  local folded
+  o, folded = fold(s, key, t0, out, o)
+  for j = 0, STRIDE * (NL - 1), STRIDE do
+    local off, w = P[j + P_HASH], P[j + P_WIDTH]
+    if P[j + P_KIND] == K_TOKEN and tw(s, j) ~= w then
+      s[off] = tconv(s[off], tw(s, j), w, t0)
+      s[off + 1] = w
+      out[o], out[o + 1], o = off + 1, w, o + 2
+    end
+  end
+  return o, true, folded
 end
 
 -- reserve records a reservation of c units released at t, in order of

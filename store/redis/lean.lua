@@ -80,7 +80,7 @@ if (OP == 'f' or MULTI) and BAKED then
           for c = 1, chunks do f[m + 1 + c] = NAMES[off + c] end
           m = m + 1 + chunks
         elseif kind == K_TOKEN then
-          m = m + 1
+          f[m + 2], m = NAMES[off + 1], m + 2 -- the TAT, and the interval it was written in
         else
           f[m + 2], m = NAMES[off + 1], m + 2
           if kind == K_APPROX then f[m + 1], m = NAMES[off + 2], m + 1 end
@@ -243,6 +243,13 @@ if (OP == 'f' or MULTI) and BAKED then
             wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x + 1 + ci], sub(str, 1, at) .. fmt('%016d', now) .. sub(str, at + 17), f[x], fmt('%d', (ptr + 1) % cap + cap * LOGBASE), o + 4
             x = x + 1 + ceil(cap / cs)
           elseif kind == K_TOKEN then
+            -- A TAT written in another interval (by a policy of the same
+            -- ID with another rate) goes to the general path (retime).
+            local iv = v[x + 1]
+            if iv and iv + 0 ~= w then
+              ok = false
+              break
+            end
             local tat = (v[x] or 0) + 0
             if tat < now then tat = now end
             if (tat - now) + cost * w > cap * w then
@@ -254,7 +261,8 @@ if (OP == 'f' or MULTI) and BAKED then
             if left > 0 then rem = floor(left / w) end
             reset, mark, refill = tat - now, tat, (rem + 1) * w - left
             wr[o], wr[o + 1], o = f[x], fmt('%d', tat), o + 2
-            x = x + 1
+            if not iv then wr[o], wr[o + 1], o = f[x + 1], fmt('%d', w), o + 2 end
+            x = x + 2
           else
             local win, used, prev = (v[x] or 0) + 0, 0, 0
             if win == k then

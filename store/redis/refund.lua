@@ -25,7 +25,9 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
       out[o], out[o + 1], o = off + 1, v, o + 2
     end
   elseif kind == K_TOKEN then
-    if samegen then
+    -- A bucket written in another interval since (which bumps the refund
+    -- count) gives nothing back either.
+    if samegen and (s[off + 1] or 0) == w then
       local r = mark - s[I_TIME] -- every charge in the fields was made by s[I_TIME]
       if r < 0 then r = 0 end
       if r > c * w then r = c * w end
@@ -157,7 +159,9 @@ if OP == 'r' then
           end
         end
         local w, o = {}, 1
-        for i = 0, NL - 1 do o = refund(s, key, STRIDE * i, now, at, cost, tonumber(ARGV[m + 2 + i]), s.gen == gen, w, o) end
+        -- A drained token bucket gives nothing back (drained).
+        local same = s.gen == gen and not drained(s, now)
+        for i = 0, NL - 1 do o = refund(s, key, STRIDE * i, now, at, cost, tonumber(ARGV[m + 2 + i]), same, w, o) end
         w[o], w[o + 1] = F_GEN, s.gen + 1
         redis.call('HSET', key, unpack(w))
         if o > 1 then done = done + 1 end

@@ -87,7 +87,7 @@ var prelude = func() string {
 	line([]string{"Q_TTL", "Q_LIMITS", "Q_BLOCK", "Q_IDTTL", "Q_RESERVES", "QHEAD"},
 		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qHead))
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
-	line([]string{"XSLACK"}, num(expirySlack))
+	line([]string{"XSLACK", "MAXSPAN"}, num(expirySlack, layout.MaxSpanUS))
 	line([]string{"BSEP", "BFMT"}, quote(layout.BucketSep, "%d"+layout.BucketSep+"%d"))
 	line([]string{"LOGBASE", "LOGSMALL", "SCHUNK", "LCHUNK"}, num(layout.LogPointerBase, ratelimit.ExactRateMax, layout.SmallLogChunk, layout.LogChunk))
 	return b.String()
@@ -173,8 +173,8 @@ func leanFields(nums []int64) int64 {
 			end += p(layout.PN) + 1 // each sub-bucket's cost and latest admission (layout.BucketSep)
 		case layout.Log:
 			end += (p(layout.PCapacity) + p(layout.PChunk) - 1) / p(layout.PChunk)
-		case layout.Fixed:
-			end++
+		case layout.Fixed, layout.Token:
+			end++ // the window's cost; the interval a TAT was written in
 		case layout.Approx:
 			end += 2
 		}

@@ -15,7 +15,7 @@
 -- RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
 -- and of a limit's part; MARGS, the arguments per call of a batch ('m');
 -- the policy header's positions Q_* and size QHEAD;
--- the expiry slack XSLACK; BSEP, which joins a sub-bucket's cost and
+-- the expiry slack XSLACK; MAXSPAN, ratelimit.MaxSpan in µs; BSEP, which joins a sub-bucket's cost and
 -- latest admission in its one field, and BFMT, the format of that field;
 -- LOGBASE, which packs a log's pointer field (its oldest slot plus its
 -- capacity times LOGBASE), and LOGSMALL, SCHUNK and LCHUNK: a log of

@@ -52,6 +52,20 @@ local function settle(key, out, o, w, wo, changed, sb, sl, t0, start, skew, need
   if sx < need then redis.call('PEXPIRE', key, ceil((need + TTL * XSLACK - now) / 1000) + 1) end
 end
 
+-- debt returns need, or a token bucket's TAT (places in line included)
+-- when that lies later: a TAT written in another interval, or places in
+-- line counted in one, may owe past the policy's TTL, and the key
+-- outlives what it owes (store/memory's expiry).
+local function debt(s, need)
+  for j = 0, STRIDE * (NL - 1), STRIDE do
+    if P[j + P_KIND] == K_TOKEN then
+      local x = tat(s, j)
+      if x > need then need = x end
+    end
+  end
+  return need
+end
+
 -- read returns the fields of one identity a take reads up front (f: the
 -- identity's fields named in fs, then those of fields()), or nil and the
 -- error reply of a failure other than WRONGTYPE; flag is 2 when a key of
@@ -123,6 +137,7 @@ if OP == 'f' and #KEYS == 1 then
   if RES then pending(s, v[6]) else pending(s, nil) end
   local t0 = now
   if s[I_TIME] > t0 then t0 = s[I_TIME] end
+  if drained(s, t0) then forget(s) end
   local out = {0, now, 0, 0, flags, 0, t0, sg}
   -- A resend of a call that charged: admitted, and charged nothing again
   -- (see the general path).
@@ -150,21 +165,37 @@ if OP == 'f' and #KEYS == 1 then
     charged = cost
     out[1], out[3] = 1, cost
   end
+  local w, wo, changed, retimed, refolded = {}, 1, false, false, false
+  if charged > 0 then
+    -- A token bucket of another interval, rewritten in its limit's:
+    -- reported and charged as it now stands.
+    wo, retimed, refolded = retime(s, key, t0, w, wo)
+    if retimed then
+      sg = sg + 1
+      w[wo], w[wo + 1], wo, out[8] = F_GEN, sg, wo + 2, sg
+      for i = 1, NL do
+        if P[STRIDE * (i - 1) + P_KIND] == K_TOKEN then
+          EU[i], ET[i], EA[i] = evaluate(s, key, STRIDE * (i - 1), t0, c1)
+          ER[i] = 0
+        end
+      end
+    end
+  end
   for i = 0, NL - 1 do
     local rem, reset = report(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged)
     local p = RHEAD + 1 + KHEAD + RLIM * i
     out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[i + 1], 0
     out[p + 4] = refill(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged, rem)
   end
-  local w, wo, changed = {}, 1, false
   if charged > 0 then
     local folded
     wo, folded = fold(s, key, t0, w, wo)
+    folded = folded or refolded
     for i = 0, NL - 1 do
       wo = charge(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], charged, w, wo)
       if P[STRIDE * i + P_KIND] == K_TOKEN then out[RHEAD + 1 + KHEAD + 3 + RLIM * i] = s[P[STRIDE * i + P_HASH]] end
     end
-    if folded then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
+    if folded or s.qdirty then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
     w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
     if rid ~= '' then w[wo], w[wo + 1], wo = F_RESENDS, resendrecord(d, rid, now), wo + 2 end
     out[6] = 1
@@ -174,6 +205,7 @@ if OP == 'f' and #KEYS == 1 then
   if sb > t0 then sl = tonumber(redis.call('HGET', key, F_BLOCKLIM)) or 0 end
   if t0 > now then skew = t0 - now end
   if #s.qa > 0 and s.qa[#s.qa] + TTL * 1000 > need then need = s.qa[#s.qa] + TTL * 1000 end
+  need = debt(s, need)
   settle(key, out, RHEAD + 1, w, wo, changed, sb, sl, t0, not allowed and cost > 0, skew, need, sx, now)
   return out
 end
@@ -262,6 +294,7 @@ for x = 1, nd do
   local s = S[k]
   local t0 = now
   if s[I_TIME] > t0 then t0 = s[I_TIME] end
+  if drained(s, t0) then forget(s) end
   T0[k], T[k] = t0, t0
   if s.block > t0 then blocked = true end
 end
@@ -366,22 +399,49 @@ for k = 1, nk do
   else
     local s, key, t0, t = S[k], KEYS[k], T0[k], T[k]
     out[o], out[o + 1], out[o + 2] = 0, t, s.gen
+    local w, wo, changed, retimed, refolded = {}, 1, false, false, false
+    if charged > 0 and t == t0 then
+      -- A token bucket of another interval, rewritten in its limit's
+      -- (retime): reported and charged as it now stands.
+      wo, retimed, refolded = retime(s, key, t0, w, wo)
+      if retimed then
+        s.gen = s.gen + 1
+        w[wo], w[wo + 1], wo, out[o + 2] = F_GEN, s.gen, wo + 2, s.gen
+        for i = 0, NL - 1 do
+          if P[STRIDE * i + P_KIND] == K_TOKEN then
+            local q = (k - 1) * NL + i + 1
+            EU[q], ET[q], EA[q] = evaluate(s, key, STRIDE * i, t, c1)
+            ER[q] = 0
+          end
+        end
+      end
+    end
     for i = 0, NL - 1 do
       local q, p = (k - 1) * NL + i + 1, o + KHEAD + RLIM * i
       local rem, reset = report(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged)
       out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[q], 0
       out[p + 4] = refill(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged, rem)
     end
-    local w, wo, changed = {}, 1, false
     if charged > 0 then
       -- Reservations released by t0 join the fields first; a place in
       -- line stays pending.
       local folded
       wo, folded = fold(s, key, t0, w, wo)
+      folded = folded or refolded
       if t > t0 then
         reserve(s, t, charged)
         for i = 0, NL - 1 do
-          if P[STRIDE * i + P_KIND] == K_TOKEN then out[o + KHEAD + 3 + RLIM * i] = t + charged * P[STRIDE * i + P_WIDTH] end
+          local j = STRIDE * i
+          if P[j + P_KIND] == K_TOKEN then
+            out[o + KHEAD + 3 + RLIM * i] = t + charged * P[j + P_WIDTH]
+            -- A place in line counts in the interval the bucket was
+            -- written in: one never written takes this one's.
+            local off = P[j + P_HASH]
+            if (s[off + 1] or 0) == 0 then
+              s[off + 1] = P[j + P_WIDTH]
+              w[wo], w[wo + 1], wo = off + 1, P[j + P_WIDTH], wo + 2
+            end
+          end
         end
       else
         for i = 0, NL - 1 do
@@ -390,7 +450,7 @@ for k = 1, nk do
           if P[STRIDE * i + P_KIND] == K_TOKEN then out[o + KHEAD + 3 + RLIM * i] = s[P[STRIDE * i + P_HASH]] end
         end
       end
-      if folded or t > t0 then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
+      if folded or t > t0 or s.qdirty then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
       w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
       if rid ~= '' then w[wo], w[wo + 1], wo = F_RESENDS, resendrecord(s.resends, rid, now), wo + 2 end
       out[o] = 1
@@ -402,6 +462,7 @@ for k = 1, nk do
     if release == 0 and t0 > now then skew = t0 - now end
     if t > t0 then need = t + ttl end
     if #s.qa > 0 and s.qa[#s.qa] + ttl > need then need = s.qa[#s.qa] + ttl end
+    need = debt(s, need)
     settle(key, out, o, w, wo, changed, s.block, s.blocklim, t0, not allowed and cost > 0, skew, need, s.expiry, now)
     if hasid and charged > 0 and not (RECE[k] and RECE[k] > now) then
       local v = {charged, t}

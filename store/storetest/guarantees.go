@@ -66,11 +66,11 @@ func Guarantees(t *testing.T, h Harness) {
 				// other rates (rerated) that shares p's counters. Then the
 				// guarantee is the larger rates' (upper), and refill claims
 				// are not checked (the other rates may admit more within
-				// one). (A token bucket of other rates has other counters.)
-				alt, bound, mixed := p, p, false
+				// one).
+				alt, bound, low, mixed := p, p, p, false
 				if n%2 == 1 {
 					if q := rerated(rng, p); q.ID() == p.ID() {
-						alt, bound, mixed = q, upper(p, q), true
+						alt, bound, low, mixed = q, upper(p, q), lower(p, q), true
 						on := false
 						for i := range trace {
 							if rng.IntN(4) == 0 {
@@ -198,7 +198,14 @@ func Guarantees(t *testing.T, h Harness) {
 					if s.op == opUpTo {
 						s.cost = 1 // a grant of 0 reports the wait for one unit
 					}
-					if !refunded && !deniedByAKey(p, admitted, s.keys, at, s.cost) {
+					// A token bucket drains at the rate of the policy that last
+					// charged it: with two rates taking turns, a denial is
+					// justified by the smaller rates and bursts (lower).
+					justify := p
+					if mixed && alg == ratelimit.TokenBucket {
+						justify = low
+					}
+					if !refunded && !deniedByAKey(justify, admitted, s.keys, at, s.cost) {
 						t.Fatalf("trace %d step %d: %s denied cost %d on %q at +%dµs though every limit of every key had room; admitted: %v", n, i, p, s.cost, s.keys, at, admitted)
 					}
 					if d.RetryAfter == ratelimit.Never {
@@ -243,12 +250,32 @@ func Guarantees(t *testing.T, h Harness) {
 	}
 }
 
+// lower is the policy of each limit's smaller rate and burst: a token
+// bucket two policies of one ID take turns on denies no more than it would
+// (its debt drains at the rate of the one that last charged it).
+func lower(p, q *ratelimit.Policy) *ratelimit.Policy {
+	limits := p.Limits()
+	for i := range limits {
+		l, m := &limits[i], q.Limit(i)
+		l.Burst, l.Rate = min(l.Burst, m.Burst), min(l.Rate, m.Rate)
+	}
+	u, err := ratelimit.NewPolicy(p.Name(), p.Algorithm(), limits...)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
+
 // upper is the policy whose guarantee two policies of one ID keep together
-// when they take turns on the same counters: each limit's larger rate.
+// when they take turns on the same counters: each limit's larger rate
+// (and a token bucket's larger burst).
 func upper(p, q *ratelimit.Policy) *ratelimit.Policy {
 	limits := p.Limits()
 	for i := range limits {
 		l, m := &limits[i], q.Limit(i)
+		if p.Algorithm() == ratelimit.TokenBucket {
+			l.Burst = max(l.Burst, m.Burst)
+		}
 		l.Rate = max(l.Rate, m.Rate)
 	}
 	u, err := ratelimit.NewPolicy(p.Name(), p.Algorithm(), limits...)

@@ -9,13 +9,14 @@ import (
 )
 
 // rateChangeKeepsCounters: a policy that differs from another of its name
-// only in the rate of a window, a sub-bucketed window or a log shares its
-// counters: the new rate applies to what was used, up or down, and a
-// denial's RetryAfter is when the new rate admits again (a log is laid
-// out anew for its new capacity, across the change of its chunks' size
-// too). A change of kind (a sliding window's rate across ExactRateMax) or
-// of a token bucket's rate starts the new policy's counters afresh, as
-// Policy.ID says.
+// only in the rate of a window, a sub-bucketed window, a log or a token
+// bucket shares its counters: the new rate applies to what was used, up
+// or down, and a denial's RetryAfter is when the new rate admits again (a
+// log is laid out anew for its new capacity, across the change of its
+// chunks' size too; a token bucket's debt drains at the old rate until
+// the new one charges). A change of kind (a sliding window's rate across
+// ExactRateMax) starts the new policy's counters afresh, as Policy.ID
+// says.
 func rateChangeKeepsCounters(t *testing.T, h Harness) {
 	fixed := ratelimit.WithAlgorithm(ratelimit.FixedWindow)
 	approx := ratelimit.WithAlgorithm(ratelimit.SlidingWindowApprox)
@@ -41,8 +42,11 @@ func rateChangeKeepsCounters(t *testing.T, h Harness) {
 		{"5/m", "6/m", nil, 3, 3, false},
 		{"30/m", "40/m", []ratelimit.PolicyOption{slog}, 30, 10, false}, // chunks of 4 times, then of 32
 		{"40/m", "30/m", []ratelimit.PolicyOption{slog}, 35, 0, false},
-		{"32/m", "33/m", nil, 32, 33, true},                             // a log, then sub-buckets
-		{"10/m", "20/m", []ratelimit.PolicyOption{token}, 10, 20, true}, // its time is in intervals of 6s, then 3s
+		{"32/m", "33/m", nil, 32, 33, true}, // a log, then sub-buckets
+		{"10/m", "20/m", []ratelimit.PolicyOption{token}, 10, 10, false},
+		{"20/m", "10/m", []ratelimit.PolicyOption{token}, 15, 0, false},
+		{"10/m", "30/m", []ratelimit.PolicyOption{token, ratelimit.WithBurst(4)}, 4, 0, false}, // a burst of 4 either way
+		{"7/m", "11/m", []ratelimit.PolicyOption{token}, 5, 6, false},                          // intervals that do not divide each other
 	} {
 		s, clk := h.start(t)
 		opts := append([]ratelimit.PolicyOption{ratelimit.Named("api")}, c.opts...)
@@ -93,7 +97,9 @@ func rateChangeKeepsCounters(t *testing.T, h Harness) {
 // one identity, at random times over several periods; no window of the
 // policy's period ever holds more admissions than the larger rate, checked
 // by brute force over the admission times (aligned windows for the fixed
-// and the approximated window, whose guarantee is per aligned window).
+// and the approximated window, whose guarantee is per aligned window; for
+// a token bucket, no span d holds more than the larger burst plus d over
+// the shorter interval).
 func twoRatesNeverExceedTheLarger(t *testing.T, h Harness) {
 	for _, c := range []struct {
 		alg        ratelimit.Algorithm
@@ -108,6 +114,7 @@ func twoRatesNeverExceedTheLarger(t *testing.T, h Harness) {
 		{ratelimit.SlidingLog, "30/m", "40/m", 40, false, nil},    // chunks of 4 times, and of 32
 		{ratelimit.FixedWindow, "10/m", "12/m", 12, true, nil},
 		{ratelimit.SlidingWindowApprox, "40/m", "48/m", 48, true, nil},
+		{ratelimit.TokenBucket, "10/m", "12/m", 12, false, nil}, // most: the burst, then one per 5s
 	} {
 		name := c.alg.String() + " " + c.low + " " + c.high
 		if c.precisions != nil {
@@ -138,6 +145,27 @@ func twoRatesNeverExceedTheLarger(t *testing.T, h Harness) {
 				if d := mustTake(t, s, p, 1, "tenant"); d.Allowed {
 					admitted = append(admitted, at)
 				}
+			}
+			if c.alg == ratelimit.TokenBucket {
+				// Within any span, at most the larger burst plus the span
+				// over the shorter interval (5s); met with equality.
+				interval, tight := period/c.most, false
+				for i, a := range admitted {
+					for j := i; j < len(admitted); j++ {
+						n, span := int64(j-i+1), admitted[j]-a
+						if n*interval > c.most*interval+span {
+							t.Fatalf("%d admitted within %dµs: more than burst %d and one per %dµs", n, span, c.most, interval)
+						}
+						if n*interval > c.most*interval+span-interval {
+							tight = true
+						}
+					}
+				}
+				if !tight {
+					t.Fatalf("no span came within one interval of the bound: the trace never filled the larger rate; it checks nothing")
+				}
+				t.Logf("%d admitted of 600 over %s", len(admitted), time.Duration(at)*time.Microsecond)
+				return
 			}
 			worst := int64(0)
 			for i, a := range admitted {

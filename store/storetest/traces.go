@@ -99,9 +99,9 @@ func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 }
 
 // rerated returns a policy of p's name, algorithm, periods, precisions
-// and penalty, with other rates (and bursts): of one ID with p where the
-// rates' counts mean the same under any rate, else of another (a log's or
-// a token bucket's), as a plan change or a rolling deploy makes.
+// and penalty, with other rates (and bursts), as a plan change or a
+// rolling deploy makes: of one ID with p, unless a sliding window's rate
+// crossed ExactRateMax (then of another).
 func rerated(rng *rand.Rand, p *ratelimit.Policy) *ratelimit.Policy {
 	limits := p.Limits()
 	for i := range limits {
