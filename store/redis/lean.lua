@@ -30,7 +30,7 @@ local BUCKET_READS = 4
 -- arguments of the calls before this one.
 local MULTI = OP == 'm'
 if (OP == 'f' or MULTI) and BAKED then
-  local calls, R, kb, ab, clock = 1, nil, 0, 1, 0
+  local calls, R, kb, ab, clock, F = 1, nil, 0, 1, 0, nil
   if MULTI then calls, R = (#ARGV - 1) / MARGS, {} end
   for call = 1, calls do
     local nk, nowarg, cost, rid = #KEYS, ARGV[2], ARGV[3] + 0, ARGV[4]
@@ -49,44 +49,51 @@ if (OP == 'f' or MULTI) and BAKED then
       -- The identity's fields: the last charge, the expiry, the resend IDs and
       -- the refund count; the penalty only under a policy that has one (only
       -- such a policy writes it, and a policy's keys are named after its
-      -- penalty), the places in line only under one that reserves.
-      local f = {F_TIME, F_EXPIRY, F_RESENDS, F_GEN, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
-      local m, ib, iq = 4, nil, nil
-      if BAKED[Q_BLOCK] > 0 then
-        m, ib = 5, 5
-        f[5] = F_BLOCK
-      end
-      if BAKED[Q_RESERVES] == 1 then
-        m = m + 1
-        f[m], iq = F_PENDING, m
-      end
-      local first = m + 1 -- the first limit's first field
-      for j = QHEAD, QHEAD + STRIDE * (nl - 1), STRIDE do
-        local kind, off = BAKED[j + P_KIND], BAKED[j + P_HASH]
-        f[m + 1] = NAMES[off]
-        if kind == K_BUCKETS then
-          -- The current sub-bucket's field, the edge one's and the next one's
-          -- (a key that skipped sub-buckets needs theirs too: below). k is
-          -- floor(now / w), without a call.
-          local w, n1 = BAKED[j + P_WIDTH], BAKED[j + P_N] + 1
-          local k = (now - now % w) / w
-          f[m + 2], f[m + 3], f[m + 4], m = NAMES[off + 1 + k % n1], NAMES[off + 1 + (k + 1) % n1], NAMES[off + 1 + (k + 2) % n1], m + 4
-        elseif kind == K_LOG then
-          local chunks = ceil(BAKED[j + P_CAP] / BAKED[j + P_CHUNK])
-          if cost ~= 1 or chunks > 8 then
-            ok = false
-            break
-          end
-          for c = 1, chunks do f[m + 1 + c] = NAMES[off + c] end
-          m = m + 1 + chunks
-        elseif kind == K_TOKEN then
-          f[m + 2], m = NAMES[off + 1], m + 2 -- the TAT, and the interval it was written in
-        else
-          f[m + 2], m = NAMES[off + 1], m + 2
-          if kind == K_APPROX then f[m + 1], m = NAMES[off + 2], m + 1 end
+      -- penalty), the places in line only under one that reserves. A batch's
+      -- calls of one time and cost read the same fields: named once (F).
+      local f, m, ib, iq, first
+      if F and F.now == now and F.cost == cost then
+        f, m, ib, iq, first = F.f, F.m, F.ib, F.iq, F.first
+      else
+        f = {F_TIME, F_EXPIRY, F_RESENDS, F_GEN, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+        m, ib, iq = 4, nil, nil
+        if BAKED[Q_BLOCK] > 0 then
+          m, ib = 5, 5
+          f[5] = F_BLOCK
         end
+        if BAKED[Q_RESERVES] == 1 then
+          m = m + 1
+          f[m], iq = F_PENDING, m
+        end
+        first = m + 1 -- the first limit's first field
+        for j = QHEAD, QHEAD + STRIDE * (nl - 1), STRIDE do
+          local kind, off = BAKED[j + P_KIND], BAKED[j + P_HASH]
+          f[m + 1] = NAMES[off]
+          if kind == K_BUCKETS then
+            -- The current sub-bucket's field, the edge one's and the next one's
+            -- (a key that skipped sub-buckets needs theirs too: below). k is
+            -- floor(now / w), without a call.
+            local w, n1 = BAKED[j + P_WIDTH], BAKED[j + P_N] + 1
+            local k = (now - now % w) / w
+            f[m + 2], f[m + 3], f[m + 4], m = NAMES[off + 1 + k % n1], NAMES[off + 1 + (k + 1) % n1], NAMES[off + 1 + (k + 2) % n1], m + 4
+          elseif kind == K_LOG then
+            local chunks = ceil(BAKED[j + P_CAP] / BAKED[j + P_CHUNK])
+            if cost ~= 1 or chunks > 8 then
+              ok = false
+              break
+            end
+            for c = 1, chunks do f[m + 1 + c] = NAMES[off + c] end
+            m = m + 1 + chunks
+          elseif kind == K_TOKEN then
+            f[m + 2], m = NAMES[off + 1], m + 2 -- the TAT, and the interval it was written in
+          else
+            f[m + 2], m = NAMES[off + 1], m + 2
+            if kind == K_APPROX then f[m + 1], m = NAMES[off + 2], m + 1 end
+          end
+        end
+        if not ok then break end
+        if MULTI then F = {now = now, cost = cost, f = f, m = m, ib = ib, iq = iq, first = first, ts = fmt('%d', now)} end
       end
-      if not ok then break end
       -- The reply, sized up front for five limits of one key (a table that
       -- grows is copied each time it doubles; the nils end it where its
       -- limits do). The writes of the keys before the last wait in W (per key
@@ -95,7 +102,7 @@ if (OP == 'f' or MULTI) and BAKED then
       -- and px.
       local out = {1, now, cost, 0, 0, 1, now, 0, 0, 0, 0, 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
       local W, wr, o, px = nil, nil, 1, false
-      local ts, need = fmt('%d', now), now + ttl * 1000
+      local ts, need = F and F.now == now and F.ts or fmt('%d', now), now + ttl * 1000
       for ki = 1, nk do
         local key = KEYS[kb + ki]
         local v = redis.pcall('HMGET', key, unpack(f, 1, m))
