@@ -145,31 +145,14 @@ func TestBatchRunDecidesAsAlone(t *testing.T) {
 				}
 				// The batch: every slot busy, the calls queue one by one in
 				// order, then one pipeline sends them.
-				a.batch.mu.Lock()
-				a.batch.busy = a.batch.max
-				a.batch.mu.Unlock()
-				for i, bc := range calls {
+				batch := enqueue(t, a, len(calls), func(i int) {
+					bc := calls[i]
 					ridMu.Lock()
-					rid = bc.rid
+					rid = bc.rid // the ID of this call, taken before it queues
 					ridMu.Unlock()
-					go func() {
-						bc.d, bc.err = bc.run(context.Background(), a)
-						close(bc.done)
-					}()
-					for {
-						a.batch.mu.Lock()
-						n := len(a.batch.queue)
-						a.batch.mu.Unlock()
-						if n == i+1 {
-							break
-						}
-						runtime.Gosched()
-					}
-				}
-				a.batch.mu.Lock()
-				batch := a.batch.take()
-				a.batch.busy = 0
-				a.batch.mu.Unlock()
+					bc.d, bc.err = bc.run(context.Background(), a)
+					close(bc.done)
+				})
 				h.mu.Lock()
 				h.rounds = nil
 				h.mu.Unlock()
@@ -255,29 +238,23 @@ func sameKeys(t *testing.T, step int, a, b *miniredis.Miniredis) {
 	}
 }
 
-// queue puts calls in a's batch queue in order, every slot held busy, and
-// returns them taken off the queue, as a pipeline would send them; each
-// caller's Take returns its answer on its channel.
-func queue(t *testing.T, a *Store, calls []ratelimit.Request) ([]*pending, []chan ratelimit.Decision) {
+// enqueue queues n calls in a's batch, every slot held busy: start(i)
+// runs call i on its own goroutine (a Take or the like on a), and call i+1
+// starts only once call i waits in the queue, so the queue holds them in
+// order. It returns them taken off the queue, as a pipeline would send
+// them.
+func enqueue(t *testing.T, a *Store, n int, start func(i int)) []*pending {
 	t.Helper()
 	a.batch.mu.Lock()
 	a.batch.busy = a.batch.max
 	a.batch.mu.Unlock()
-	out := make([]chan ratelimit.Decision, len(calls))
-	for i, req := range calls {
-		out[i] = make(chan ratelimit.Decision, 1)
-		go func() {
-			d, err := a.Take(context.Background(), req)
-			if err != nil {
-				t.Error(err)
-			}
-			out[i] <- d
-		}()
+	for i := range n {
+		go start(i)
 		for {
 			a.batch.mu.Lock()
-			n := len(a.batch.queue)
+			queued := len(a.batch.queue)
 			a.batch.mu.Unlock()
-			if n == i+1 {
+			if queued == i+1 {
 				break
 			}
 			runtime.Gosched()
@@ -287,6 +264,24 @@ func queue(t *testing.T, a *Store, calls []ratelimit.Request) ([]*pending, []cha
 	defer a.batch.mu.Unlock()
 	batch := a.batch.take()
 	a.batch.busy = 0
+	return batch
+}
+
+// queue enqueues a Take of each request; each caller's answer arrives on
+// its channel.
+func queue(t *testing.T, a *Store, calls []ratelimit.Request) ([]*pending, []chan ratelimit.Decision) {
+	t.Helper()
+	out := make([]chan ratelimit.Decision, len(calls))
+	for i := range out {
+		out[i] = make(chan ratelimit.Decision, 1)
+	}
+	batch := enqueue(t, a, len(calls), func(i int) {
+		d, err := a.Take(context.Background(), calls[i])
+		if err != nil {
+			t.Error(err)
+		}
+		out[i] <- d
+	})
 	return batch, out
 }
 
