@@ -253,30 +253,23 @@ func Guarantees(t *testing.T, h Harness) {
 // lower is the policy of each limit's smaller rate and burst: a token
 // bucket two policies of one ID take turns on denies no more than it would
 // (its debt drains at the rate of the one that last charged it).
-func lower(p, q *ratelimit.Policy) *ratelimit.Policy {
-	limits := p.Limits()
-	for i := range limits {
-		l, m := &limits[i], q.Limit(i)
-		l.Burst, l.Rate = min(l.Burst, m.Burst), min(l.Rate, m.Rate)
-	}
-	u, err := ratelimit.NewPolicy(p.Name(), p.Algorithm(), limits...)
-	if err != nil {
-		panic(err)
-	}
-	return u
-}
+func lower(p, q *ratelimit.Policy) *ratelimit.Policy { return combined(p, q, func(a, b int64) int64 { return min(a, b) }) }
 
 // upper is the policy whose guarantee two policies of one ID keep together
 // when they take turns on the same counters: each limit's larger rate
 // (and a token bucket's larger burst).
-func upper(p, q *ratelimit.Policy) *ratelimit.Policy {
+func upper(p, q *ratelimit.Policy) *ratelimit.Policy { return combined(p, q, func(a, b int64) int64 { return max(a, b) }) }
+
+// combined is p with each limit's rate (and a token bucket's burst) the
+// pick of p's and q's.
+func combined(p, q *ratelimit.Policy, pick func(a, b int64) int64) *ratelimit.Policy {
 	limits := p.Limits()
 	for i := range limits {
 		l, m := &limits[i], q.Limit(i)
 		if p.Algorithm() == ratelimit.TokenBucket {
-			l.Burst = max(l.Burst, m.Burst)
+			l.Burst = pick(l.Burst, m.Burst)
 		}
-		l.Rate = max(l.Rate, m.Rate)
+		l.Rate = pick(l.Rate, m.Rate)
 	}
 	u, err := ratelimit.NewPolicy(p.Name(), p.Algorithm(), limits...)
 	if err != nil {
