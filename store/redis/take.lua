@@ -122,6 +122,29 @@ end
 local c1 = cost
 if c1 == 0 then c1 = 1 end
 
+-- retake runs retime before a charge at t0 (not a place in line): a token
+-- bucket of another interval, rewritten in its limit's, is reported and
+-- charged as it now stands, so its limits are evaluated again for c1 (into
+-- EU, ET, EA and ER from q0 + 1), and the refund count is written one
+-- higher (store/memory's run and retime). It returns the next free index
+-- of w and whether reservations were folded in.
+local function retake(s, key, t0, w, wo, EU, ET, EA, ER, q0)
+  local retimed, refolded
+  wo, retimed, refolded = retime(s, key, t0, w, wo)
+  if retimed then
+    s.gen = s.gen + 1
+    w[wo], w[wo + 1], wo = F_GEN, s.gen, wo + 2
+    for i = 0, NL - 1 do
+      if P[STRIDE * i + P_KIND] == K_TOKEN then
+        local q = q0 + i + 1
+        EU[q], ET[q], EA[q] = evaluate(s, key, STRIDE * i, t0, c1)
+        ER[q] = 0
+      end
+    end
+  end
+  return wo, refolded
+end
+
 if OP == 'f' and #KEYS == 1 then
   -- The common call on one key, leaner: no request ID, a plain take. It
   -- reads the penalty's limit only while a penalty runs, the pending
@@ -165,21 +188,11 @@ if OP == 'f' and #KEYS == 1 then
     charged = cost
     out[1], out[3] = 1, cost
   end
-  local w, wo, changed, retimed, refolded = {}, 1, false, false, false
+  local w, wo, changed, refolded = {}, 1, false, false
   if charged > 0 then
-    -- A token bucket of another interval, rewritten in its limit's:
-    -- reported and charged as it now stands.
-    wo, retimed, refolded = retime(s, key, t0, w, wo)
-    if retimed then
-      sg = sg + 1
-      w[wo], w[wo + 1], wo, out[8] = F_GEN, sg, wo + 2, sg
-      for i = 1, NL do
-        if P[STRIDE * (i - 1) + P_KIND] == K_TOKEN then
-          EU[i], ET[i], EA[i] = evaluate(s, key, STRIDE * (i - 1), t0, c1)
-          ER[i] = 0
-        end
-      end
-    end
+    s.gen = sg
+    wo, refolded = retake(s, key, t0, w, wo, EU, ET, EA, ER, 0)
+    out[8] = s.gen
   end
   for i = 0, NL - 1 do
     local rem, reset = report(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged)
@@ -399,22 +412,10 @@ for k = 1, nk do
   else
     local s, key, t0, t = S[k], KEYS[k], T0[k], T[k]
     out[o], out[o + 1], out[o + 2] = 0, t, s.gen
-    local w, wo, changed, retimed, refolded = {}, 1, false, false, false
+    local w, wo, changed, refolded = {}, 1, false, false
     if charged > 0 and t == t0 then
-      -- A token bucket of another interval, rewritten in its limit's
-      -- (retime): reported and charged as it now stands.
-      wo, retimed, refolded = retime(s, key, t0, w, wo)
-      if retimed then
-        s.gen = s.gen + 1
-        w[wo], w[wo + 1], wo, out[o + 2] = F_GEN, s.gen, wo + 2, s.gen
-        for i = 0, NL - 1 do
-          if P[STRIDE * i + P_KIND] == K_TOKEN then
-            local q = (k - 1) * NL + i + 1
-            EU[q], ET[q], EA[q] = evaluate(s, key, STRIDE * i, t, c1)
-            ER[q] = 0
-          end
-        end
-      end
+      wo, refolded = retake(s, key, t0, w, wo, EU, ET, EA, ER, (k - 1) * NL)
+      out[o + 2] = s.gen
     end
     for i = 0, NL - 1 do
       local q, p = (k - 1) * NL + i + 1, o + KHEAD + RLIM * i
