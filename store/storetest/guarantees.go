@@ -253,12 +253,16 @@ func Guarantees(t *testing.T, h Harness) {
 // lower is the policy of each limit's smaller rate and burst: a token
 // bucket two policies of one ID take turns on denies no more than it would
 // (its debt drains at the rate of the one that last charged it).
-func lower(p, q *ratelimit.Policy) *ratelimit.Policy { return combined(p, q, func(a, b int64) int64 { return min(a, b) }) }
+func lower(p, q *ratelimit.Policy) *ratelimit.Policy {
+	return combined(p, q, func(a, b int64) int64 { return min(a, b) })
+}
 
 // upper is the policy whose guarantee two policies of one ID keep together
 // when they take turns on the same counters: each limit's larger rate
 // (and a token bucket's larger burst).
-func upper(p, q *ratelimit.Policy) *ratelimit.Policy { return combined(p, q, func(a, b int64) int64 { return max(a, b) }) }
+func upper(p, q *ratelimit.Policy) *ratelimit.Policy {
+	return combined(p, q, func(a, b int64) int64 { return max(a, b) })
+}
 
 // combined is p with each limit's rate (and a token bucket's burst) the
 // pick of p's and q's.
