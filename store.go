@@ -210,6 +210,25 @@ type Refunder interface {
 	Refund(ctx context.Context, r Receipt) error
 }
 
+// Settler is implemented by stores that can settle a charge: change it to
+// the cost it turned out to have once the work was done.
+type Settler interface {
+	// Settle changes the charge of r to actual units (0 to MaxSettle), in
+	// one store call. Below the charge it takes back the difference, as
+	// Refund takes back a whole charge (what still counts, never another
+	// charge's units). Above it, it charges the difference to every key of
+	// r now, whatever room the limits have: usage past a limit is debt,
+	// and the key is denied until its limits have room again. A penalty
+	// (BlockFor) neither stops a debt nor starts. It settles whenever
+	// asked: the caller sees to it that a charge is settled once
+	// (Limiter.Settle does).
+	Settle(ctx context.Context, r Receipt, actual int64) error
+}
+
+// MaxSettle is the largest actual cost a charge may be settled to
+// (Settler, Limiter.Settle): 2^40 units.
+const MaxSettle = 1 << 40
+
 // Reserver is implemented by stores that can reserve a place in line.
 type Reserver interface {
 	// Reserve is Take for an event that may wait: when the policy's

@@ -39,3 +39,14 @@ func TokenTAT(tat, from, to, t int64) int64 {
 	}
 	return t + min(q*to+int64(math.Ceil(float64(r)*float64(to)/float64(from))), MaxSpanUS)
 }
+
+// TokenCharge returns the TAT tat, in interval µs, after c units charged
+// at t: c intervals past the later of tat and t, at most MaxSpanUS past t
+// (a settle's debt may be any size) unless tat already lies further.
+func TokenCharge(tat, t, c, interval int64) int64 {
+	next := max(tat, t) + TokenRoom(c, interval)
+	if next-t > MaxSpanUS {
+		next = max(tat, t+MaxSpanUS)
+	}
+	return next
+}

@@ -114,6 +114,10 @@ type Call struct {
 	Cost     int64 // 0 peeks
 	UpTo     bool  // grant the largest cost ≤ Cost that fits (ratelimit.Granter)
 	MaxDelay int64 // µs; > 0 reserves a place in line up to that far (ratelimit.Reserver)
+	// Force charges Cost now whatever room the limits have, and reports
+	// nothing: a settle's debt (ratelimit.Settler). A penalty neither
+	// stops it nor starts.
+	Force bool
 }
 
 // Validate reports a request a store must refuse (storekit.Validate), or a
@@ -157,3 +161,26 @@ func Charge(r ratelimit.Receipt) (storekit.Charge, error) {
 // of the charge, the key's refund count then, and one per limit (a token
 // bucket's TAT right after the charge, else 0).
 func MarksPerKey(p *ratelimit.Policy) int { return 2 + p.NumLimits() }
+
+// Settlement splits the settle of the charge r to actual units
+// (ratelimit.Settler) into what a store runs: a refund of part of the
+// charge (a receipt of cost − actual), or a debt (a forced take of actual
+// − cost on the keys charged, Call.Force); neither when actual is the cost
+// or r charged nothing. actual must be 0 to ratelimit.MaxSettle, else the
+// error wraps ratelimit.ErrInvalidRequest.
+func Settlement(r ratelimit.Receipt, actual int64) (refund ratelimit.Receipt, debt ratelimit.Request, err error) {
+	if actual < 0 || actual > ratelimit.MaxSettle {
+		return refund, debt, fmt.Errorf("ratelimit/store: %w: settle to %d units, want 0 to %d", ratelimit.ErrInvalidRequest, actual, int64(ratelimit.MaxSettle))
+	}
+	c, err := Charge(r)
+	if err != nil || c.Policy == nil {
+		return refund, debt, err
+	}
+	switch {
+	case actual < c.Cost:
+		refund = storekit.NewReceipt(c.Policy, c.Keys, c.Cost-actual, c.Marks)
+	case actual > c.Cost:
+		debt = ratelimit.Request{Policy: c.Policy, Keys: c.Keys, Cost: actual - c.Cost}
+	}
+	return refund, debt, nil
+}

@@ -56,7 +56,7 @@ const DefaultMaxHold = time.Second
 // closest to expiry among a few sampled goes first. Keys longer than 128
 // bytes are held as a 128-bit hash, as the stores hold them. Safe for
 // concurrent use. It forwards the optional operations (Reset, Refund,
-// Reserve, TakeUpTo) to the wrapped store, and returns an error wrapping
+// Settle, Reserve, TakeUpTo) to the wrapped store, and returns an error wrapping
 // errors.ErrUnsupported when that store lacks one; it names the wrapped
 // store's fallback (Fallback) as its own.
 type Cache struct {
@@ -295,6 +295,21 @@ func (c *Cache) Refund(ctx context.Context, r ratelimit.Receipt) error {
 		return unsupported("Refund", c.inner)
 	}
 	err := rf.Refund(ctx, r)
+	if ch := storekit.ChargeOf(r); ch.Policy != nil {
+		c.forget(ch.Policy.ID(), ch.Keys)
+	}
+	return err
+}
+
+// Settle implements ratelimit.Settler: it settles in the wrapped store and
+// forgets the keys' cached denials (a settle below the charge gives room
+// back; above it, the store has the new wait).
+func (c *Cache) Settle(ctx context.Context, r ratelimit.Receipt, actual int64) error {
+	st, ok := c.inner.(ratelimit.Settler)
+	if !ok {
+		return unsupported("Settle", c.inner)
+	}
+	err := st.Settle(ctx, r, actual)
 	if ch := storekit.ChargeOf(r); ch.Policy != nil {
 		c.forget(ch.Policy.ID(), ch.Keys)
 	}

@@ -60,7 +60,7 @@ func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
 				e.used -= cnt[s]
 			}
 		}
-		e.avail = p.Capacity - e.used
+		e.avail = max(p.Capacity-e.used, 0) // a settle's debt or a lower rate can count more
 		switch {
 		case c > p.Capacity:
 			e.retry = -1
@@ -83,7 +83,7 @@ func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
 		if st[p.Mem] == t/p.Width {
 			e.used = st[p.Mem+1]
 		}
-		e.avail = p.Capacity - e.used
+		e.avail = max(p.Capacity-e.used, 0)
 		switch {
 		case c > p.Capacity:
 			e.retry = -1

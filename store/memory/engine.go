@@ -92,6 +92,9 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 			}
 		}
 	}
+	if o.Force {
+		allowed, blockedAny = true, false
+	}
 	var release int64
 	if !allowed && o.MaxDelay > 0 && o.Cost > 0 && !o.UpTo && !blockedAny && !queueFull && bridge.Layout(pol).Reserves {
 		// Reserve: the request is admitted when the last limit has room.
@@ -139,6 +142,10 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 			}
 		}
 		for i := range lim {
+			if o.Force {
+				k.stats[i] = verdict.Status{} // a debt reports nothing
+				continue
+			}
 			e := &evs[ki][i]
 			rem, reset := report(&k.counters, k.t, &lim[i], e, charged)
 			k.stats[i] = verdict.Status{Rem: rem, Reset: reset, Refill: refill(&k.counters, k.t, &lim[i], e, charged, rem), Retry: e.retry}
@@ -173,9 +180,19 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 			}
 			k.st[layout.MemTime] = k.t0
 			k.charged = true
+			if o.Force {
+				// A debt starts a new epoch, as a Reset does: no refund of
+				// an earlier charge gives anything back. A log keeps at
+				// most its ring of units, so a refund could not tell an
+				// earlier charge's units from the debt's it lost.
+				k.st[layout.MemGen] = (k.st[layout.MemGen]/layout.GenEpoch + 1) * layout.GenEpoch
+			}
 		}
 		// Penalties: a running one denies and says how long it lasts; a
 		// denial starts one on each key whose limits denied.
+		if o.Force {
+			continue // a debt neither reports a penalty nor starts one
+		}
 		if b := k.st[layout.MemBlock]; b > k.t0 {
 			i := int(k.st[layout.MemBlockLimit])
 			s := &k.stats[i]

@@ -225,8 +225,11 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 		nd++
 	}
 	// Counters a policy of the same ID with a larger rate wrote hold
-	// larger log rings: every key's are read and kept in one layout
-	// (growing a ring forgets nothing).
+	// larger log rings: every key's are read in one layout (growing a
+	// ring forgets nothing). A key laid out anew keeps its new layout only
+	// if charged, as the Redis script writes a grown ring only with a
+	// charge: a log's units past the ring it was written in are then lost
+	// in both stores alike.
 	use := storedLayout(lay, ents[:len(req.Keys)])
 	lim = use.Limits
 	for ki, e := range ents[:len(req.Keys)] {
@@ -234,7 +237,8 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 			continue
 		}
 		if e.lay != use && !sameRings(e.lay, use) {
-			e.f = relayout(e.f, e.lay, use)
+			states[ki].st = relayout(e.f, e.lay, use)
+			continue
 		}
 		e.lay = use
 		states[ki].st = e.f
@@ -272,6 +276,13 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 		}
 		e := ents[ki]
 		e.pend = k.pend
+		if e.lay != use {
+			if k.charged {
+				e.f, e.lay = k.st, use
+			} else if k.blocked {
+				e.f[layout.MemBlock], e.f[layout.MemBlockLimit] = k.st[layout.MemBlock], k.st[layout.MemBlockLimit]
+			}
+		}
 		if k.charged || k.blocked {
 			last := max(k.at, k.t0)
 			if n := len(k.pend); n > 0 {

@@ -28,11 +28,13 @@ type counters struct {
 func chargeUnits(st []int64, t int64, p *layout.Limit, c int64) {
 	if p.Kind == layout.Token {
 		w := tokenWidth(st, p)
-		st[p.Mem], st[p.Mem+1] = max(st[p.Mem], t)+c*w, w
+		st[p.Mem], st[p.Mem+1] = layout.TokenCharge(st[p.Mem], t, c, w), w
 		return
 	}
+	// Units past the ring's size (a settle's debt) would overwrite slots
+	// this charge already set to t: the ring holds t in every slot.
 	ptr := st[p.Mem]
-	for i := int64(0); i < c; i++ {
+	for i := int64(0); i < min(c, p.Ring); i++ {
 		st[p.Mem+1+int((ptr+i)%p.Ring)] = t
 	}
 	st[p.Mem] = (ptr + c) % p.Ring

@@ -97,6 +97,18 @@ local function troom(c, w)
   return r
 end
 
+-- tcharge returns the TAT x, in interval w, after c units charged at t
+-- (layout.TokenCharge): at most MAXSPAN past t, unless x lies further.
+local function tcharge(x, t, c, w)
+  if x < t then x = t end
+  local nx = x + troom(c, w)
+  if nx - t > MAXSPAN then
+    nx = t + MAXSPAN
+    if x > nx then nx = x end
+  end
+  return nx
+end
+
 -- tconv returns the TAT x, written in interval from, rewritten in interval
 -- to at t (layout.TokenTAT).
 local function tconv(x, from, to, t)
@@ -192,6 +204,7 @@ local function evaluate(s, key, j, t, c)
       if s[es] ~= 0 and s[-es] <= t - k * w then used = used - s[es] end
     end
     avail = cap - used
+    if avail < 0 then avail = 0 end -- a settle's debt or a lower rate can count more
     if c > cap then
       retry = -1
     elseif used + c > cap then
@@ -212,6 +225,7 @@ local function evaluate(s, key, j, t, c)
     local off = P[j + P_HASH]
     if s[off] == floor(t / w) then used = s[off + 1] end
     avail = cap - used
+    if avail < 0 then avail = 0 end -- a settle's debt or a lower rate can count more
     if c > cap then
       retry = -1
     elseif used + c > cap then
@@ -362,9 +376,8 @@ end
 local function units(s, key, j, t, c, out, o)
   local off = P[j + P_HASH]
   if P[j + P_KIND] == K_TOKEN then
-    local x, w = s[off], tw(s, j)
-    if x < t then x = t end
-    s[off] = x + c * w
+    local w = tw(s, j)
+    s[off] = tcharge(s[off], t, c, w)
     out[o], out[o + 1] = off, fmt('%d', s[off])
     if s[off + 1] ~= w then -- never written
       s[off + 1] = w
@@ -386,7 +399,11 @@ local function units(s, key, j, t, c, out, o)
     end
     s.relaid[j] = nil
   end
-  o = lwrite(s, key, j, ptr, c, fmt('%016d', t), out, o)
+  -- Units past the ring's size (a settle's debt) would overwrite slots
+  -- this charge already set to t: the ring holds t in every slot.
+  local n = c
+  if n > R then n = R end
+  o = lwrite(s, key, j, ptr, n, fmt('%016d', t), out, o)
   s[off] = (ptr + c) % R
   out[o], out[o + 1] = off, s[off] + R * LOGBASE
   return o + 2

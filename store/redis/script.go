@@ -83,6 +83,7 @@ var prelude = func() string {
 		quote(layout.HashBlock, layout.HashBlockLimit, layout.HashGen, layout.HashExpiry, layout.HashResends, layout.HashPending))
 	line([]string{"RIDLEN", "RIDN", "QLEN", "MAXQ", "EPOCH", "MAXREP"},
 		num(layout.ResendIDLen, layout.ResendIDs, layout.PendingDigits, layout.MaxPending, layout.GenEpoch, ratelimit.MaxRepeats))
+	line([]string{"M_UPTO", "M_FORCE"}, quote(modeUpTo, modeForce))
 	line([]string{"RHEAD", "KHEAD", "RLIM", "MARGS"}, num(rHeader, rKeyHead, rPerLimit, multiArgs))
 	line([]string{"Q_TTL", "Q_LIMITS", "Q_BLOCK", "Q_IDTTL", "Q_RESERVES", "QHEAD"},
 		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qHead))

@@ -12,7 +12,7 @@
 -- script.go puts before it a prelude of names (the kinds K_*, a limit's
 -- parameters P_* and STRIDE, the hash fields F_* and the time's field
 -- number I_TIME, the numbers RIDLEN, RIDN, QLEN, MAXQ, EPOCH, MAXREP, and
--- RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
+-- M_UPTO and M_FORCE, a take's modes; RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
 -- and of a limit's part; MARGS, the arguments per call of a batch ('m');
 -- the policy header's positions Q_* and size QHEAD;
 -- the expiry slack XSLACK; MAXSPAN, ratelimit.MaxSpan in µs; BSEP, which joins a sub-bucket's cost and
@@ -26,9 +26,11 @@
 -- NAMES[x] is nm(x) of policy.lua, for the lean path).
 --
 -- ARGV[1] is the operation:
---   't' take. ARGV: now (µs; 0 = Redis TIME), cost, mode ('1': grant up to
---       cost), max delay (µs; > 0 reserves), resend ID ('' none; see
---       resend below), has ID ('1'), then the policy unless baked.
+--   't' take. ARGV: now (µs; 0 = Redis TIME), cost, mode (M_UPTO: grant
+--       up to cost; M_FORCE: charge all of it whatever room there is, and
+--       report nothing: a settle's debt), max delay (µs; > 0 reserves),
+--       resend ID ('' none; see resend below), has ID ('1'), then the
+--       policy unless baked.
 --   'f' take, the common call: no request ID, a plain take. ARGV: now,
 --       cost, resend ID, then the policy unless baked. It replies as 't'
 --       does, by a leaner path.

@@ -16,9 +16,12 @@ import (
 // in.
 func (p *prepared) takeArgs(now int64, o verdict.Call, rid any, hasID bool) []any {
 	args := make([]any, 7, 7+len(p.tail))
-	mode := "0"
-	if o.UpTo {
-		mode = "1"
+	mode := modeTake
+	switch {
+	case o.Force:
+		mode = modeForce
+	case o.UpTo:
+		mode = modeUpTo
 	}
 	id := "0"
 	if hasID {
@@ -27,6 +30,13 @@ func (p *prepared) takeArgs(now int64, o verdict.Call, rid any, hasID bool) []an
 	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = opTake, now, o.Cost, mode, o.MaxDelay, rid, id
 	return append(args, p.tail...)
 }
+
+// A take's modes (ARGV[4] of 't'), named M_* in the script's prelude.
+const (
+	modeTake  = "0" // all of the cost, or nothing
+	modeUpTo  = "1" // the most of the cost that fits (ratelimit.Granter)
+	modeForce = "2" // all of it whatever room there is: a settle's debt (verdict.Call.Force)
+)
 
 // nowUS is the time the scripts get: 0, for Redis TIME, unless a test set
 // a clock.
@@ -58,7 +68,7 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 	if !r.cluster || len(keys) == 1 {
 		script, all := prep.script, append(keys, idKeys...)
 		var args []any
-		if idKeys == nil && !o.UpTo && o.MaxDelay == 0 && !r.general {
+		if idKeys == nil && !o.UpTo && !o.Force && o.MaxDelay == 0 && !r.general {
 			args = append([]any{opFast, now, o.Cost, r.resendID(ctx)}, prep.tail...)
 		} else {
 			args = prep.takeArgs(now, o, r.resendID(ctx), idKeys != nil)

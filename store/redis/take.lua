@@ -110,12 +110,14 @@ end
 -- which carries fewer arguments; on one key it takes a leaner path here,
 -- on several the general path below.
 local cost, upto, maxd, hasid, rid, resent, horizon
+local force = false
 if OP == 'f' then
   cost, upto, maxd, hasid = tonumber(ARGV[3]), false, 0, false
   rid, resent, horizon = resend(ARGV[4])
   if BAKED then policy(BAKED, 1) else policy(ARGV, 5) end
 else
-  cost, upto, maxd, hasid = tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5]), ARGV[7] == '1'
+  cost, upto, maxd, hasid = tonumber(ARGV[3]), ARGV[4] == M_UPTO, tonumber(ARGV[5]), ARGV[7] == '1'
+  force = ARGV[4] == M_FORCE
   rid, resent, horizon = resend(ARGV[6])
   if BAKED then policy(BAKED, 1) else policy(ARGV, 8) end
 end
@@ -343,6 +345,7 @@ for x = 1, nd do
     if ER[(D[x] - 1) * NL + i + 1] ~= 0 then allowed = false end
   end
 end
+if force then allowed, blocked = true, false end
 local release = 0
 local full = false -- a key keeps as many pending reservations as it may
 for x = 1, nd do
@@ -419,9 +422,13 @@ for k = 1, nk do
     end
     for i = 0, NL - 1 do
       local q, p = (k - 1) * NL + i + 1, o + KHEAD + RLIM * i
-      local rem, reset = report(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged)
-      out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[q], 0
-      out[p + 4] = refill(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged, rem)
+      if force then
+        out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = 0, 0, 0, 0, 0 -- a debt reports nothing
+      else
+        local rem, reset = report(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged)
+        out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[q], 0
+        out[p + 4] = refill(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged, rem)
+      end
     end
     if charged > 0 then
       -- Reservations released by t0 join the fields first; a place in
@@ -453,6 +460,11 @@ for k = 1, nk do
       end
       if folded or t > t0 or s.qdirty then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
       w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
+      if force then
+        -- A debt starts a new epoch (store/memory's run).
+        s.gen = (floor(s.gen / EPOCH) + 1) * EPOCH
+        w[wo], w[wo + 1], wo = F_GEN, s.gen, wo + 2
+      end
       if rid ~= '' then w[wo], w[wo + 1], wo = F_RESENDS, resendrecord(s.resends, rid, now), wo + 2 end
       out[o] = 1
       changed = true
@@ -464,7 +476,9 @@ for k = 1, nk do
     if t > t0 then need = t + ttl end
     if #s.qa > 0 and s.qa[#s.qa] + ttl > need then need = s.qa[#s.qa] + ttl end
     need = debt(s, need)
-    settle(key, out, o, w, wo, changed, s.block, s.blocklim, t0, not allowed and cost > 0, skew, need, s.expiry, now)
+    local sb = s.block
+    if force then sb = 0 end -- a debt neither reports a penalty nor starts one
+    settle(key, out, o, w, wo, changed, sb, s.blocklim, t0, not allowed and cost > 0, skew, need, s.expiry, now)
     if hasid and charged > 0 and not (RECE[k] and RECE[k] > now) then
       local v = {charged, t}
       for i = 0, NL - 1 do

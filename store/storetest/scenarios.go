@@ -275,7 +275,7 @@ func refundHeavy(t *testing.T, h Harness) {
 						t.Fatal(err)
 					}
 					if d.Allowed {
-						ev = append(ev, event{at, d.Granted})
+						ev = append(ev, event{at: at, cost: d.Granted})
 						live = append(live, charge{d.Receipt, len(ev) - 1})
 						checkAdmissions(t, p, ev, int(seed), i)
 					}
@@ -352,7 +352,7 @@ func refundRaces(t *testing.T, h Harness) {
 						}
 						if d.Allowed {
 							mu.Lock()
-							ev = append(ev, event{at, 1})
+							ev = append(ev, event{at: at, cost: 1})
 							live = append(live, charge{d.Receipt, len(ev) - 1})
 							mu.Unlock()
 						}
@@ -437,7 +437,7 @@ func expiryKeepsGuarantees(t *testing.T, h Harness) {
 					t.Fatal(err)
 				}
 				if d.Allowed {
-					admitted = append(admitted, event{now.Sub(t0).Microseconds(), 1})
+					admitted = append(admitted, event{at: now.Sub(t0).Microseconds(), cost: 1})
 					// Windows older than a few TTLs are checked already.
 					for len(admitted) > 0 && admitted[0].at < admitted[len(admitted)-1].at-4*p.TTL().Microseconds() {
 						admitted = admitted[1:]

@@ -101,7 +101,7 @@ func reference(clk *clock) ratelimit.Store { return memory.New(memory.WithClock(
 
 // capabilities are the optional operations a store implements.
 type capabilities struct {
-	reserve, upTo, refund, reset bool
+	reserve, upTo, refund, reset, settle bool
 }
 
 func capsOf(s ratelimit.Store) capabilities {
@@ -109,7 +109,8 @@ func capsOf(s ratelimit.Store) capabilities {
 	_, upTo := s.(ratelimit.Granter)
 	_, refund := s.(ratelimit.Refunder)
 	_, reset := s.(ratelimit.Resetter)
-	return capabilities{reserve, upTo, refund, reset}
+	_, settle := s.(ratelimit.Settler)
+	return capabilities{reserve, upTo, refund, reset, settle}
 }
 
 // fit leaves out of a trace the operations the store lacks (they become
@@ -120,7 +121,7 @@ func (c capabilities) fit(trace []step, oneKey bool) []step {
 		switch {
 		case s.op == opReserve && !c.reserve, s.op == opUpTo && !c.upTo:
 			s.op = opTake
-		case s.op == opRefund && !c.refund, s.op == opReset && !c.reset:
+		case s.op == opRefund && !c.refund, s.op == opReset && !c.reset, s.op == opSettle && !c.settle:
 			s.op = opTake
 			if s.keys == nil {
 				continue

@@ -45,6 +45,7 @@ const (
 	opReserve        // Reserve
 	opRefund         // Refund an earlier step's receipt
 	opReset          // Reset
+	opSettle         // Settle an earlier step's receipt to cost units
 )
 
 // step is one request of a trace.
@@ -54,7 +55,7 @@ type step struct {
 	cost     int64
 	op       int
 	maxDelay time.Duration // opReserve
-	ref      int           // opRefund: the step whose receipt is refunded
+	ref      int           // opRefund, opSettle: the step whose receipt is refunded or settled
 	id       string        // Request.ID
 	rerated  bool          // under the trace's policy of other rates (see rerated)
 }
@@ -162,6 +163,8 @@ func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 			s.op, s.ref = opRefund, rng.IntN(i)
 		case r < 8:
 			s.op = opReset
+		case r < 10 && i > 0:
+			s.op, s.ref, s.cost = opSettle, rng.IntN(i), settleCost(rng)
 		}
 		if rng.IntN(4) == 0 {
 			s.id = []string{"req-a", "req-b"}[rng.IntN(2)]
@@ -171,8 +174,23 @@ func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 	return out
 }
 
-// event is a request's outcome on one key: time (µs since t0) and cost.
-type event struct{ at, cost int64 }
+// settleCost draws what a settle sets a charge to: nothing, a little, or
+// well past the limits (a debt), now and then far past any capacity.
+func settleCost(rng *rand.Rand) int64 {
+	if rng.IntN(8) == 0 {
+		return 1000 + rng.Int64N(1000)
+	}
+	return rng.Int64N(13)
+}
+
+// event is a request's outcome on one key: time (µs since t0) and cost;
+// seq is the trace step that made it, and debt marks a settle's charge
+// above a request's cost (not an admission: it may pass the limits).
+type event struct {
+	at, cost int64
+	seq      int
+	debt     bool
+}
 
 // edgeTrace hammers window and sub-bucket edges: bursts just before, at and
 // just after every boundary, the adversarial case for window algorithms.
@@ -219,6 +237,8 @@ func lineTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 			s.op = opUpTo
 		case r < 7 && i > 0:
 			s.op, s.ref = opRefund, rng.IntN(i)
+		case r < 8 && i > 0:
+			s.op, s.ref, s.cost = opSettle, rng.IntN(i), settleCost(rng)
 		}
 		out[i] = s
 	}

@@ -1,0 +1,23 @@
+package memory
+
+import (
+	"context"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/verdict"
+)
+
+// Settle implements ratelimit.Settler: a refund of part of the charge, or
+// a debt charged now whatever room the limits have (verdict.Settlement).
+func (m *Store) Settle(ctx context.Context, r ratelimit.Receipt, actual int64) error {
+	back, debt, err := verdict.Settlement(r, actual)
+	switch {
+	case err != nil:
+		return err
+	case !back.IsZero():
+		return m.Refund(ctx, back)
+	case debt.Policy != nil:
+		_, err = m.do(ctx, debt, verdict.Call{Cost: debt.Cost, Force: true})
+	}
+	return err
+}
