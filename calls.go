@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 // Allow reports whether one event may happen now for all of keys; it is
@@ -195,6 +196,66 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 		ctx = context.Background()
 	}
 	return l.refund(ctx, nil, d)
+}
+
+// ErrSettled is returned by Settle for a charge already settled or
+// refunded: a charge is settled at most once, and a settled one is not
+// refunded.
+var ErrSettled = errors.New("ratelimit: the charge was already settled or refunded")
+
+// Settle changes the charge d reports (Decision.Receipt) to actual units,
+// the cost the work turned out to have (tokens generated, bytes sent,
+// rows scanned), in one store call to the store that made the charge.
+// Below the charge it gives the difference back, as Refund gives a whole
+// charge back. Above it, it charges the difference to every key now,
+// whatever room the limits have: usage past a limit is debt, and the keys
+// are denied (RateLimit r=0, with a Retry-After that says when) until
+// their limits have room again. No request is admitted while a key's
+// settled usage fills a limit. A penalty (BlockFor) neither stops a debt
+// nor starts. A charge is settled at most once in a process, whoever asks:
+// a second Settle of it (or of a copy of d), or a Settle after its Refund,
+// returns ErrSettled; a Refund after a Settle does nothing. The Settle of
+// a Decision that charged nothing (a denial, a peek, a repeated ID, a
+// failure mode's answer) does nothing and returns nil. actual must be 0
+// to MaxSettle. Under a sliding window, a fixed window or a log, debt past
+// one limit's worth changes no decision (the window is full until the
+// debt leaves it); a token bucket owes all of it, up to MaxSpan. A log
+// (SlidingLog, and SlidingWindow up to ExactRateMax) keeps at most its
+// ring of debt, the rate of the policy that settled: a policy of the same
+// name with a larger rate (see Policy.ID) sees no more. A debt voids the
+// refunds of the keys' earlier charges (a refund or settle of one gives
+// nothing back), as a Reset does: the log could not tell their units from
+// the debt's. On a
+// Redis Cluster whose keys live on several masters, each key owes its
+// debt on its own: a master that fails leaves the others charged, and
+// the error says so. For settling in HTTP, see WithCostAfter. The store
+// must be a Settler (the memory and Redis stores are), else the error
+// wraps errors.ErrUnsupported (and the charge stays claimed). A store
+// failure is returned as is.
+func (l *Limiter) Settle(ctx context.Context, d Decision, actual int64) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return l.settle(ctx, nil, d, actual)
+}
+
+func (l *Limiter) settle(ctx context.Context, r *http.Request, d Decision, actual int64) error {
+	if actual < 0 || actual > MaxSettle {
+		return fmt.Errorf("ratelimit: Settle: actual cost %d, want 0 to %d", actual, int64(MaxSettle))
+	}
+	rc := d.Receipt
+	if rc.IsZero() {
+		return nil
+	}
+	if !rc.claim() {
+		return ErrSettled
+	}
+	s := l.charger(rc)
+	st, ok := s.(Settler)
+	if !ok {
+		return fmt.Errorf("ratelimit: Settle: the store (%T) cannot settle: %w", s, errors.ErrUnsupported)
+	}
+	return l.op(ctx, r, rc.policy(), l.which(s), "settle", func(ctx context.Context) error { return st.Settle(ctx, rc, actual) })
 }
 
 // notifyCall notifies a decision made outside HTTP.

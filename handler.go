@@ -135,16 +135,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve runs next, then gives the charge back when WithRefundIf says so or
-// a Limiter inside refused the request.
+// a Limiter inside refused the request, or settles it to WithCostAfter's
+// cost. A handler that panics keeps its charge as it was.
 func (h *handler) serve(w http.ResponseWriter, r *http.Request, f *frame) {
 	l := h.l
-	if l.refundIf == nil {
+	if l.refundIf == nil && l.costAfter == nil {
 		h.next.ServeHTTP(w, r)
 	} else {
 		sw := &statusWriter{ResponseWriter: w}
 		h.next.ServeHTTP(sw, r)
-		if l.refundIf(r, sw.result()) {
+		switch {
+		case f.refused.Load():
+		case l.refundIf != nil && l.refundIf(r, sw.result()):
 			l.giveBack(r, f.res.Decision)
+		case l.costAfter != nil:
+			l.settleAfter(r, f.res.Decision, l.costAfter(r, sw.result(), sw.written))
 		}
 	}
 	if f.refused.Load() {
@@ -331,10 +336,12 @@ func (w *deniedWriter) finish() {
 	}
 }
 
-// statusWriter records the status a handler answered with (WithRefundIf).
+// statusWriter records the status a handler answered with and the bytes
+// of body it wrote (WithRefundIf, WithCostAfter).
 type statusWriter struct {
 	http.ResponseWriter
 	status   int
+	written  int64
 	hijacked bool
 }
 
@@ -349,7 +356,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.written += int64(n)
+	return n, err
 }
 
 func (w *statusWriter) Flush() {

@@ -368,19 +368,31 @@ func (l *Limiter) refund(ctx context.Context, r *http.Request, d Decision) error
 	if !rc.claim() {
 		return nil
 	}
-	s := rc.madeBy()
-	if s == nil {
-		s = l.store
-	}
+	s := l.charger(rc)
 	rf, ok := s.(Refunder)
 	if !ok {
 		return fmt.Errorf("ratelimit: Refund: the store (%T) cannot refund: %w", s, errors.ErrUnsupported)
 	}
-	which := "store"
-	if s != l.store {
-		which = "fallback store"
+	return l.op(ctx, r, rc.policy(), l.which(s), "refund", func(ctx context.Context) error { return rf.Refund(ctx, rc) })
+}
+
+// charger returns the store that made the charge rc: the store or the
+// fallback.
+func (l *Limiter) charger(rc Receipt) Store {
+	if s := rc.madeBy(); s != nil {
+		return s
 	}
-	return l.op(ctx, r, rc.policy(), which, "refund", func(ctx context.Context) error { return rf.Refund(ctx, rc) })
+	return l.store
+}
+
+// which names s, the store or the fallback, for errors and observers. A
+// caller checks s's interface first: a store of a type Go cannot compare
+// (a func) implements none of them.
+func (l *Limiter) which(s Store) string {
+	if s != l.store {
+		return "fallback store"
+	}
+	return "store"
 }
 
 // giveBack refunds d's charge for the Handler or a waiter that left; the

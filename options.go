@@ -44,6 +44,7 @@ type config struct {
 	maxHeld      int    // WithMaxHeld
 	idHeader     string // WithIdempotencyKey
 	refundIf     func(*http.Request, int) bool
+	costAfter    func(*http.Request, int, int64) int64
 	skip         func(*http.Request) bool
 	// observers get every event (WithObserver).
 	observers []Observer
@@ -122,6 +123,11 @@ func (c *config) init(store Store, policy *Policy, opts []Option) error {
 	if c.refundIf != nil {
 		if _, ok := store.(Refunder); !ok {
 			return fmt.Errorf("ratelimit: WithRefundIf: the store (%T) cannot refund: %w", store, errors.ErrUnsupported)
+		}
+	}
+	if c.costAfter != nil {
+		if _, ok := store.(Settler); !ok {
+			return fmt.Errorf("ratelimit: WithCostAfter: the store (%T) cannot settle: %w", store, errors.ErrUnsupported)
 		}
 	}
 	return nil
@@ -405,21 +411,6 @@ func WithIdempotencyKey(header string) Option {
 		}
 		c.idHeader = http.CanonicalHeaderKey(header)
 	}
-}
-
-// WithRefundIf gives a request's charge back after the handler answered,
-// when fn says so, given the status the handler wrote (200 if it wrote
-// none; 0 if it hijacked the connection). Typical uses: count only failed
-// logins (refund when status < 400), do not charge server errors (status
-// ≥ 500). The refund is exact (Refunder): it takes back what the charge
-// still counts, never below zero, never another request's units; a charge
-// is refunded at most once, whatever else asks (stacked Limiters, a held
-// request whose client left, Limiter.Refund). The status is captured
-// without hiding http.Flusher, http.Hijacker or http.ResponseController
-// from the handler. fn must be safe for concurrent use; the store must be
-// a Refunder (the memory and Redis stores are), or New fails.
-func WithRefundIf(fn func(r *http.Request, status int) bool) Option {
-	return required("WithRefundIf", "function", fn, func(c *config) { c.refundIf = fn })
 }
 
 // WithSkip exempts the requests fn reports true for: they are served
