@@ -22,7 +22,8 @@ type Observer interface {
 	// requests (WithSkip), are not decided.
 	ObserveDecision(DecisionEvent)
 	// ObserveStore is called after every store call the Limiter makes
-	// (Take, Reserve, TakeUpTo, Refund, Reset), answered or not, and when
+	// (Take, Reserve, TakeUpTo, Refund, Reset, Settle, Release, Renew),
+	// answered or not, and when
 	// the circuit answers instead of the store (Err wraps ErrCircuitOpen,
 	// Duration 0).
 	ObserveStore(StoreEvent)

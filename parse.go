@@ -97,7 +97,9 @@ func WithBurst(n int64) PolicyOption {
 // "10/second;120/minute" or "1000/24h". Limits are separated by commas or
 // semicolons; each is RATE/PERIOD, where PERIOD is a unit (ms, s, sec,
 // second, m, min, minute, h, hr, hour, d, day, each optionally plural) with
-// an optional leading count ("15m", "24h"), or a Go duration ("1m30s").
+// an optional leading count ("15m", "24h"), or a Go duration ("1m30s");
+// or N concurrent (requests in flight: see Concurrent), optionally with
+// "lease PERIOD" after it ("5 concurrent lease 2m").
 // Errors name the offending limit and its position.
 func ParsePolicy(s string, opts ...PolicyOption) (*Policy, error) {
 	var c policyConfig
@@ -122,10 +124,10 @@ func ParsePolicy(s string, opts ...PolicyOption) (*Policy, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ratelimit: parse policy %q: limit %d %q: %w", s, i+1, strings.TrimSpace(part), err)
 		}
-		if c.algorithm == SlidingWindow {
+		if c.algorithm == SlidingWindow && !l.Concurrent {
 			l.Precision = c.precision
 		}
-		if c.algorithm == TokenBucket {
+		if c.algorithm == TokenBucket && !l.Concurrent {
 			l.Burst = c.burst
 		}
 		limits = append(limits, l)
@@ -157,9 +159,12 @@ var unitNames = map[string]time.Duration{
 }
 
 func parseLimit(s string) (Limit, error) {
+	if f := strings.Fields(s); len(f) >= 2 && strings.EqualFold(f[1], "concurrent") {
+		return parseConcurrent(f)
+	}
 	rateText, periodText, ok := strings.Cut(s, "/")
 	if !ok {
-		return Limit{}, errors.New(`want RATE/PERIOD, e.g. "10/s"`)
+		return Limit{}, errors.New(`want RATE/PERIOD, e.g. "10/s", or N concurrent`)
 	}
 	rateText, periodText = strings.TrimSpace(rateText), strings.TrimSpace(periodText)
 	rate, err := strconv.ParseInt(rateText, 10, 64)
@@ -174,6 +179,26 @@ func parseLimit(s string) (Limit, error) {
 		return Limit{}, err
 	}
 	return Limit{Rate: rate, Period: period}, nil
+}
+
+// parseConcurrent parses the fields of "N concurrent", optionally
+// followed by "lease PERIOD".
+func parseConcurrent(f []string) (Limit, error) {
+	n, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || n < 1 || n > MaxRate {
+		return Limit{}, fmt.Errorf("requests in flight %q: want a whole number from 1 to %d", f[0], MaxRate)
+	}
+	l := Concurrent(n)
+	switch {
+	case len(f) == 2:
+	case len(f) == 4 && strings.EqualFold(f[2], "lease"):
+		if l.Period, err = parsePeriod(f[3]); err != nil {
+			return Limit{}, fmt.Errorf("lease: %w", err)
+		}
+	default:
+		return Limit{}, errors.New(`want N concurrent, or N concurrent lease PERIOD`)
+	}
+	return l, nil
 }
 
 func parsePeriod(s string) (time.Duration, error) {

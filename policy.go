@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -162,9 +163,35 @@ type Limit struct {
 	// algorithms want 0. 0 means Burst = Rate.
 	Burst int64
 	// Name labels the limit in the RateLimit headers. Empty means the
-	// policy's name and the period, e.g. "default-1m".
+	// policy's name and the period, e.g. "default-1m" ("default-concurrent"
+	// for a Concurrent limit).
 	Name string
+	// Concurrent makes the limit one of requests in flight (see
+	// Concurrent): at most Rate at once, whatever the algorithm; Period
+	// is then the lease of a slot (DefaultLease when 0), and Precision and
+	// Burst must be 0.
+	Concurrent bool
 }
+
+// DefaultLease is the lease of a Concurrent limit's slot when none is
+// set: a Handler renews its slots every half lease while the request
+// runs, and a process that dies holding slots holds them at most two
+// leases.
+const DefaultLease = 30 * time.Second
+
+// Concurrent returns a limit of n requests in flight at once ("5
+// concurrent" in ParsePolicy), for expensive endpoints: a request holds a
+// slot from its admission until it ends (the Handler releases it when the
+// handler returns, on panic and when the client left too; outside HTTP,
+// Limiter.Release). It is checked with the policy's other limits, for
+// every key, in the same store call, all or nothing, and counts requests,
+// not cost. A slot carries a lease (Period, DefaultLease when 0) that the
+// Handler renews every half lease while the request runs: a process that
+// dies holding a slot holds it one to two leases, then the slot frees
+// itself, as does a slot taken by a store call that answered after the
+// Limiter's timeout. A denial by it (Decision.InFlight) has no wait to
+// promise: a slot frees when a request ends.
+func Concurrent(n int64) Limit { return Limit{Rate: n, Concurrent: true} }
 
 // PerSecond returns a Limit of rate per second.
 func PerSecond(rate int64) Limit { return Limit{Rate: rate, Period: time.Second} }
@@ -264,6 +291,15 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 	lay := make([]layout.Limit, len(limits))
 	for i := range p.limits {
 		l := &p.limits[i]
+		if l.Concurrent {
+			if err := slotLimit(p, l, i, fp, df, &lay[i]); err != nil {
+				return nil, err
+			}
+			if err := limitName(l, names, i, name, fmt.Sprintf("policy %q: limit %d (%d concurrent)", name, i+1, l.Rate)); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		where := fmt.Sprintf("policy %q: limit %d (%d/%s)", name, i+1, l.Rate, l.Period)
 		if l.Rate < 1 || l.Rate > MaxRate {
 			return nil, fmt.Errorf("%s: rate must be between 1 and %d", where, MaxRate)
@@ -340,16 +376,9 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 			}
 			counter = layout.Token
 		}
-		if l.Name == "" {
-			l.Name = name + "-" + FormatPeriod(l.Period)
+		if err := limitName(l, names, i, name, where); err != nil {
+			return nil, err
 		}
-		if err := validName(l.Name); err != nil {
-			return nil, fmt.Errorf("%s: name %q: %w", where, l.Name, err)
-		}
-		if j, dup := names[l.Name]; dup {
-			return nil, fmt.Errorf("%s: duplicate name %q, limit %d has it too", where, l.Name, j+1)
-		}
-		names[l.Name] = i
 		capacity := l.Rate
 		if alg == TokenBucket {
 			capacity = burst
@@ -369,11 +398,64 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 		fmt.Fprintf(df, "|%d/%d/%d/%d/%d", l.Rate, period, counter, buckets, burst)
 		fmt.Fprintf(fp, "|%d/%d/%d", period, counter, buckets)
 	}
+	if p.minRate == 0 {
+		p.minRate = MaxRate // only Concurrent limits: they count requests, not cost
+	}
 	p.layout = layout.Compile(lay, block.Microseconds(), ExactRateMax)
 	p.id = name + ":" + hex.EncodeToString(fp.Sum(nil)[:8])
 	p.def = name + ":" + hex.EncodeToString(df.Sum(nil)[:8])
 	p.header = string(appendPolicyHeader(nil, p.limits, alg == TokenBucket))
 	return p, nil
+}
+
+// limitName fills in l's default name and checks it against the names of
+// the limits before it (names, by index).
+func limitName(l *Limit, names map[string]int, i int, policy, where string) error {
+	if l.Name == "" {
+		l.Name = policy + "-" + FormatPeriod(l.Period)
+		if l.Concurrent {
+			l.Name = policy + "-concurrent"
+		}
+	}
+	if err := validName(l.Name); err != nil {
+		return fmt.Errorf("%s: name %q: %w", where, l.Name, err)
+	}
+	if j, dup := names[l.Name]; dup {
+		return fmt.Errorf("%s: duplicate name %q, limit %d has it too", where, l.Name, j+1)
+	}
+	names[l.Name] = i
+	return nil
+}
+
+// slotLimit validates limit i of p, a Concurrent one, and lays it out:
+// its Rate is the slots, its Period the lease (DefaultLease when 0), the
+// epoch of its counters. The lease is in the ID's fingerprint (fp, with
+// the kind); the slots only in the definition's (df), so that a changed
+// number of slots keeps the slots held.
+func slotLimit(p *Policy, l *Limit, i int, fp, df io.Writer, out *layout.Limit) error {
+	where := fmt.Sprintf("policy %q: limit %d (%d concurrent)", p.name, i+1, l.Rate)
+	if l.Rate < 1 || l.Rate > MaxRate {
+		return fmt.Errorf("%s: the requests in flight must be between 1 and %d", where, MaxRate)
+	}
+	if l.Period == 0 {
+		l.Period = DefaultLease
+	}
+	if l.Period < time.Second || l.Period > MaxPeriod || l.Period%time.Second != 0 {
+		return fmt.Errorf("%s: lease %s: want a whole number of seconds from 1s to %s", where, l.Period, MaxPeriod)
+	}
+	if l.Precision != 0 || l.Burst != 0 {
+		return fmt.Errorf("%s: precision and burst do not apply to a concurrent limit", where)
+	}
+	for j := range p.limits[:i] {
+		if p.limits[j].Concurrent {
+			return fmt.Errorf("%s: limit %d is concurrent too; a policy has at most one", where, j+1)
+		}
+	}
+	lease := l.Period.Microseconds()
+	*out = layout.Limit{Kind: layout.Concurrent, Capacity: l.Rate, Width: lease, N: 1, Period: lease}
+	fmt.Fprintf(df, "|c%d/%d", l.Rate, lease)
+	fmt.Fprintf(fp, "|c%d", lease)
+	return nil
 }
 
 // Name returns the policy's name.
@@ -421,6 +503,13 @@ func (p *Policy) String() string {
 			b.WriteString(", ")
 		}
 		b.WriteString(strconv.FormatInt(l.Rate, 10))
+		if l.Concurrent {
+			b.WriteString(" concurrent")
+			if l.Period != DefaultLease {
+				b.WriteString(" lease " + FormatPeriod(l.Period))
+			}
+			continue
+		}
 		b.WriteByte('/')
 		b.WriteString(FormatPeriod(l.Period))
 	}

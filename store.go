@@ -117,6 +117,12 @@ type Decision struct {
 	// Repeated reports that the request's ID (Request.ID) was charged
 	// before: this is that first Decision again, and nothing was charged.
 	Repeated bool
+	// InFlight reports a denial by a Concurrent limit (the headline one,
+	// Limit): its slots are all held by requests in flight. RetryAfter is
+	// then when a slot whose holder stopped renewing it could lapse, no
+	// promise: a slot frees when a request ends. The headers send no
+	// Retry-After for it.
+	InFlight bool
 	// Receipt identifies the charge, for a refund (Refunder, Limiter.Refund);
 	// the zero Receipt when nothing was charged.
 	Receipt Receipt
@@ -137,6 +143,10 @@ type receipt struct {
 	marks  []int64
 	store  Store // the store that charged, set by the Limiter
 	done   atomic.Bool
+	// Of a charge holding slots (Concurrent): released once, and the
+	// receipt its latest renewal answered, which holds them now.
+	released atomic.Bool
+	renewed  atomic.Pointer[receipt]
 }
 
 // IsZero reports whether r stands for no charge.
@@ -147,6 +157,17 @@ func (r Receipt) IsZero() bool { return r.r == nil }
 // copies.
 func (r Receipt) claim() bool {
 	return r.r != nil && r.r.done.CompareAndSwap(false, true)
+}
+
+// holding returns the receipt that holds r's slots now: its latest
+// renewal's, or r.
+func (r Receipt) holding() Receipt {
+	if r.r != nil {
+		if n := r.r.renewed.Load(); n != nil {
+			return Receipt{n}
+		}
+	}
+	return r
 }
 
 func (r Receipt) withStore(s Store) {
@@ -223,6 +244,24 @@ type Settler interface {
 	// asked: the caller sees to it that a charge is settled once
 	// (Limiter.Settle does).
 	Settle(ctx context.Context, r Receipt, actual int64) error
+}
+
+// Releaser is implemented by stores that count requests in flight
+// (Concurrent limits).
+type Releaser interface {
+	// Release frees the slot the charge of r holds in every Concurrent
+	// limit, for every key, in one store call: as far as it still counts
+	// (a slot lapsed unrenewed, or forgotten by a Reset, frees nothing;
+	// never below zero). It frees whenever asked: the caller sees to it
+	// that a slot is freed once (Limiter.Release does). A charge of a
+	// policy without a Concurrent limit frees nothing.
+	Release(ctx context.Context, r Receipt) error
+	// Renew records the slots the charge of r holds anew, now, so that
+	// they count another lease, and returns the receipt that holds them
+	// from now on (for the next Renew and the Release). A slot that had
+	// lapsed is taken again, whatever room is left: its request is still
+	// in flight.
+	Renew(ctx context.Context, r Receipt) (Receipt, error)
 }
 
 // MaxSettle is the largest actual cost a charge may be settled to

@@ -24,13 +24,18 @@ const (
 	// Approx: the aligned window's index, its cost and the previous
 	// window's cost (SlidingWindowApprox).
 	Approx
+	// Concurrent: slots of requests in flight, counted per lease epoch
+	// (Width long): the current epoch's index, the slots recorded in it
+	// and those recorded in the epoch before. A slot counts until the end
+	// of the epoch after the one it was recorded in (concurrent.go).
+	Concurrent
 )
 
 // Kinds lists every Kind with its name in the Redis script's prelude.
 var Kinds = [...]struct {
 	Kind Kind
 	Lua  string
-}{{Buckets, "K_BUCKETS"}, {Log, "K_LOG"}, {Fixed, "K_FIXED"}, {Token, "K_TOKEN"}, {Approx, "K_APPROX"}}
+}{{Buckets, "K_BUCKETS"}, {Log, "K_LOG"}, {Fixed, "K_FIXED"}, {Token, "K_TOKEN"}, {Approx, "K_APPROX"}, {Concurrent, "K_CONC"}}
 
 // Limit is one limit as the stores count it. Times are microseconds.
 type Limit struct {
@@ -38,8 +43,8 @@ type Limit struct {
 	// Capacity is the cost the limit admits at once: its Rate, or the
 	// token bucket's Burst.
 	Capacity int64
-	// Width is a sub-bucket (Buckets), the emission interval (Token), or
-	// the period (the others).
+	// Width is a sub-bucket (Buckets), the emission interval (Token), a
+	// lease epoch (Concurrent), or the period (the others).
 	Width int64
 	// N is the number of sub-buckets (Buckets); 1 otherwise.
 	N int64
@@ -80,6 +85,9 @@ type Policy struct {
 	Reserves bool
 	// IDTTL is how long a request ID is remembered: the longest period.
 	IDTTL int64
+	// Slots reports a Concurrent limit among the limits: a charge holds
+	// a slot until released.
+	Slots bool
 }
 
 // The memory store's identity fields, before the limits' own.
@@ -253,6 +261,9 @@ func Compile(limits []Limit, block, smallLog int64) *Policy {
 		if l.Kind != Log && l.Kind != Token {
 			p.Reserves = false
 		}
+		if l.Kind == Concurrent {
+			p.Slots = true
+		}
 		p.IDTTL = max(p.IDTTL, l.Period)
 		// How long after its last write, at t, the counters still matter.
 		switch l.Kind {
@@ -260,6 +271,8 @@ func Compile(limits []Limit, block, smallLog int64) *Policy {
 			ttl = max(ttl, l.Period+l.Width) // a sub-bucket counts until its latest admission + Period
 		case Approx:
 			ttl = max(ttl, 2*l.Period) // the window of t is weighed until the next one ends
+		case Concurrent:
+			ttl = max(ttl, 2*l.Width) // a slot of t's epoch counts until the next one ends
 		case Token:
 			ttl = max(ttl, l.Width*l.Capacity) // the TAT is at most t + Burst × interval
 		default:

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/bridge"
+	"github.com/ratelimitkit/ratelimit/internal/layout"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
@@ -91,8 +93,9 @@ func toStatus(l ratelimit.LimitStatus) Status {
 }
 
 // Finish picks the most restrictive limit of d.Limits as the decision's
-// headline and sets Allowed.
-func Finish(d *ratelimit.Decision, allowed bool) {
+// headline and sets Allowed, and InFlight for a denial whose headline is
+// a Concurrent limit of p.
+func Finish(d *ratelimit.Decision, allowed bool, p *ratelimit.Policy) {
 	d.Allowed = allowed
 	best := 0
 	for i := 1; i < len(d.Limits); i++ {
@@ -106,6 +109,7 @@ func Finish(d *ratelimit.Decision, allowed bool) {
 	d.RetryAfter = 0
 	if !allowed {
 		d.RetryAfter = l.RetryAfter
+		d.InFlight = !l.Allowed && bridge.Layout(p).Limits[best].Kind == layout.Concurrent
 	}
 }
 

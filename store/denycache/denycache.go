@@ -56,7 +56,7 @@ const DefaultMaxHold = time.Second
 // closest to expiry among a few sampled goes first. Keys longer than 128
 // bytes are held as a 128-bit hash, as the stores hold them. Safe for
 // concurrent use. It forwards the optional operations (Reset, Refund,
-// Settle, Reserve, TakeUpTo) to the wrapped store, and returns an error wrapping
+// Settle, Release, Renew, Reserve, TakeUpTo) to the wrapped store, and returns an error wrapping
 // errors.ErrUnsupported when that store lacks one; it names the wrapped
 // store's fallback (Fallback) as its own.
 type Cache struct {
@@ -314,6 +314,29 @@ func (c *Cache) Settle(ctx context.Context, r ratelimit.Receipt, actual int64) e
 		c.forget(ch.Policy.ID(), ch.Keys)
 	}
 	return err
+}
+
+// Release implements ratelimit.Releaser: it frees the slots in the
+// wrapped store and forgets the keys' cached denials (a slot freed is room).
+func (c *Cache) Release(ctx context.Context, r ratelimit.Receipt) error {
+	rl, ok := c.inner.(ratelimit.Releaser)
+	if !ok {
+		return unsupported("Release", c.inner)
+	}
+	err := rl.Release(ctx, r)
+	if ch := storekit.ChargeOf(r); ch.Policy != nil {
+		c.forget(ch.Policy.ID(), ch.Keys)
+	}
+	return err
+}
+
+// Renew implements ratelimit.Releaser: it renews in the wrapped store.
+func (c *Cache) Renew(ctx context.Context, r ratelimit.Receipt) (ratelimit.Receipt, error) {
+	rl, ok := c.inner.(ratelimit.Releaser)
+	if !ok {
+		return r, unsupported("Renew", c.inner)
+	}
+	return rl.Renew(ctx, r)
 }
 
 // Reserve implements ratelimit.Reserver (the cache is not consulted).

@@ -113,8 +113,29 @@ func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
 		case c > e.avail:
 			e.retry = approxRetry(st, p, t, e, c)
 		}
+	case layout.Concurrent:
+		// A request takes one slot, whatever its cost. Denied, it waits
+		// until a slot whose holder stopped renewing it could lapse: the
+		// end of this epoch for the last one's, else of the next.
+		_, cur, prev := layout.SlotsRolled(st[p.Mem], st[p.Mem+1], st[p.Mem+2], t, p.Width)
+		e.used, e.total = cur+prev, cur
+		e.avail = max(p.Capacity-e.used, 0)
+		if e.used >= p.Capacity {
+			e.retry = slotLapse(t, p.Width, prev)
+		}
 	}
 	return e
+}
+
+// slotLapse is how long from t until a slot of a Concurrent limit could
+// lapse unrenewed: the end of t's epoch when the epoch before recorded
+// some (prev), else the end of the next.
+func slotLapse(t, w, prev int64) int64 {
+	end := (t/w + 1) * w
+	if prev == 0 {
+		end += w
+	}
+	return end - t
 }
 
 // report computes the remaining cost and the time until the whole quota is
@@ -165,6 +186,18 @@ func report(k *counters, t int64, p *layout.Limit, e *eval, ch int64) (rem, rese
 		} else if e.total > 0 {
 			reset = (k+1)*p.Width - t
 		}
+	case layout.Concurrent:
+		// One slot per request; every slot could lapse by the end of the
+		// next epoch (this one's recorded now, e.total, or by a charge).
+		rem = e.avail
+		if ch > 0 {
+			rem--
+		}
+		if cur := e.total + min(ch, 1); cur > 0 {
+			reset = slotLapse(t, p.Width, 0)
+		} else if e.used > 0 {
+			reset = slotLapse(t, p.Width, e.used)
+		}
 	}
 	return rem, reset
 }
@@ -176,6 +209,9 @@ func report(k *counters, t int64, p *layout.Limit, e *eval, ch int64) (rem, rese
 // limit admits no more than it.
 func refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64 {
 	st, w := k.st, p.Width
+	if p.Kind == layout.Concurrent {
+		return 0 // a slot frees when a request ends: no claim
+	}
 	if (p.Kind == layout.Log || p.Kind == layout.Token) && len(k.pend) > 0 && k.pend[len(k.pend)-1].at > t {
 		// Places in line released after t: a charge before a release can
 		// leave what the release will find as it was, so what is left
@@ -263,6 +299,10 @@ func charge(st []int64, t int64, p *layout.Limit, e *eval, c int64) {
 		st[p.Mem+1] = e.used + c
 	case layout.Approx:
 		st[p.Mem], st[p.Mem+1], st[p.Mem+2] = t/p.Width, e.used+c, e.total
+	case layout.Concurrent:
+		// One slot, whatever the cost.
+		ep, cur, prev := layout.SlotsRolled(st[p.Mem], st[p.Mem+1], st[p.Mem+2], t, p.Width)
+		st[p.Mem], st[p.Mem+1], st[p.Mem+2] = ep, cur+1, prev
 	}
 }
 

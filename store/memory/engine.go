@@ -63,6 +63,9 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 		for ki, k := range keys {
 			for i := range lim {
 				evs[ki][i] = evaluate(&k.counters, k.t, &lim[i], 1)
+				if lim[i].Kind == layout.Concurrent && evs[ki][i].avail > 0 {
+					continue // a slot is there: it takes one, whatever the grant
+				}
 				granted = min(granted, evs[ki][i].avail)
 			}
 		}
@@ -172,9 +175,15 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 				}
 			} else {
 				for i := range lim {
+					if o.Force && lim[i].Kind == layout.Concurrent {
+						continue // a debt is cost, not a request in flight
+					}
 					charge(k.st, k.t, &lim[i], &evs[ki][i], charged)
-					if lim[i].Kind == layout.Token {
+					switch lim[i].Kind {
+					case layout.Token:
 						k.tats[i] = k.st[lim[i].Mem]
+					case layout.Concurrent:
+						k.tats[i] = k.st[lim[i].Mem] + 1 // the slot's epoch (layout.SlotsFreed)
 					}
 				}
 			}

@@ -315,7 +315,7 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 			}
 		}
 	}
-	verdict.Finish(&d, out.allowed)
+	verdict.Finish(&d, out.allowed, req.Policy)
 	d.Repeated = repeated
 	if len(charged) > 0 {
 		d.Receipt = storekit.NewReceipt(req.Policy, charged, out.granted, marks)

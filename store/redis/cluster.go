@@ -78,8 +78,9 @@ collect:
 		grant = min(grant, rep[rGranted])
 	}
 	allowed := !denied && failed == nil && pending == 0
-	// Give back what the request was charged and will not use.
-	refunds := &refunder{r: r, pol: req.Policy}
+	// Give back what the request was charged and will not use, and the
+	// slots it will not hold.
+	refunds := &refunder{r: r, pol: req.Policy, release: !allowed && bridge.Layout(req.Policy).Slots}
 	for ki, rep := range replies {
 		if rep == nil {
 			continue
@@ -119,7 +120,7 @@ collect:
 		r.refunds.Add(1)
 		go func() {
 			defer r.refunds.Done()
-			refunds.run(answers, pending, keys, o, grant, allowed, nl)
+			refunds.run(answers, pending, keys, nl)
 		}()
 	}
 	if !denied && (failed != nil || pending > 0) {
@@ -170,13 +171,15 @@ type keyAnswer struct {
 // refundTimeout bounds the background refunds of a Cluster request.
 const refundTimeout = 2 * time.Second
 
-// refunder takes back charges a Cluster request will not use.
+// refunder takes back charges a Cluster request will not use, and with
+// release the slots of a request not admitted.
 type refunder struct {
-	r     *Store
-	pol   *ratelimit.Policy
-	keys  []string
-	costs []int64
-	marks [][]int64
+	r       *Store
+	pol     *ratelimit.Policy
+	release bool
+	keys    []string
+	costs   []int64
+	marks   [][]int64
 }
 
 func (f *refunder) add(key string, cost int64, marks []int64) {
@@ -187,7 +190,7 @@ func (f *refunder) add(key string, cost int64, marks []int64) {
 
 // run waits for the answers still pending (those that charged are refunded
 // too: the request did not wait for them), then refunds everything.
-func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, o verdict.Call, grant int64, allowed bool, nl int) {
+func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, nl int) {
 	ctx, cancel := context.WithTimeout(context.Background(), refundTimeout)
 	defer cancel()
 	for ; pending > 0; pending-- {
@@ -209,5 +212,10 @@ func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, o v
 		runEach(ctx, f.r.client, prep.script, f.keys, func(i int) []any {
 			return prep.refundArgs(f.r.nowUS(), f.costs[i], f.marks[i])
 		})
+		if f.release {
+			runEach(ctx, f.r.client, prep.script, f.keys, func(i int) []any {
+				return prep.slotArgs(f.r.nowUS(), false, f.marks[i])
+			})
+		}
 	}
 }

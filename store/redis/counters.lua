@@ -97,6 +97,24 @@ local function troom(c, w)
   return r
 end
 
+-- srolled returns a Concurrent limit's fields (epoch e0, then cur and
+-- prev) moved to t's epoch (layout.SlotsRolled).
+local function srolled(e0, cur, prev, t, w)
+  local e = floor(t / w)
+  if e0 == e then return e, cur, prev end
+  if e0 == e - 1 then return e, 0, cur end
+  return e, 0, 0
+end
+
+-- slapse is how long from t until a slot could lapse unrenewed: the end
+-- of t's epoch when the one before recorded some (prev > 0), else of the
+-- next (store/memory's slotLapse).
+local function slapse(t, w, prev)
+  local e = (floor(t / w) + 1) * w
+  if prev == 0 then e = e + w end
+  return e - t
+end
+
 -- tcharge returns the TAT x, in interval w, after c units charged at t
 -- (layout.TokenCharge): at most MAXSPAN past t, unless x lies further.
 local function tcharge(x, t, c, w)
@@ -246,6 +264,14 @@ local function evaluate(s, key, j, t, c)
       local nx = (used - t) + cw
       if nx > limit then retry = nx - limit end
     end
+  elseif kind == K_CONC then
+    -- A request takes one slot, whatever its cost (store/memory's evaluate).
+    local off = P[j + P_HASH]
+    local _, c0, p0 = srolled(s[off], s[off + 1], s[off + 2], t, w)
+    used, total = c0 + p0, c0
+    avail = cap - used
+    if avail < 0 then avail = 0 end
+    if used >= cap then retry = slapse(t, w, p0) end
   else
     used, total = awin(s, j, t)
     avail = aavail(j, t, used, total)
@@ -286,6 +312,13 @@ local function report(s, key, j, t, used, total, avail, ch)
     end
   elseif kind == K_FIXED then
     if used + ch > 0 then reset = (floor(t / w) + 1) * w - t end
+  elseif kind == K_CONC then
+    if ch > 0 then rem = avail - 1 else rem = avail end
+    if total > 0 or ch > 0 then
+      reset = slapse(t, w, 0)
+    elseif used > 0 then
+      reset = slapse(t, w, used)
+    end
   elseif kind == K_TOKEN then
     w = tw(s, j)
     local ahead = (used - t) + ch * w -- the TAT after the charge, from t
@@ -308,6 +341,7 @@ end
 -- more than rem (see store/memory's refill).
 local function refill(s, key, j, t, used, total, avail, ch, rem)
   local kind, w, cap = P[j + P_KIND], P[j + P_WIDTH], P[j + P_CAP]
+  if kind == K_CONC then return 0 end -- a slot frees when a request ends: no claim
   local k = floor(t / w)
   -- Places in line released after t: no claim (store/memory's refill).
   if (kind == K_LOG or kind == K_TOKEN) and s.qa and #s.qa > 0 and s.qa[#s.qa] > t then return 0 end
@@ -521,6 +555,12 @@ local function charge(s, key, j, t, used, total, c, out, o)
   elseif kind == K_FIXED then
     out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
     return o + 4
+  elseif kind == K_CONC then
+    -- One slot, whatever the cost.
+    local e, c0, p0 = srolled(s[off], s[off + 1], s[off + 2], t, w)
+    s[off], s[off + 1], s[off + 2] = e, c0 + 1, p0
+    out[o], out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = off, e, off + 1, c0 + 1, off + 2, p0
+    return o + 6
   end
   out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
   out[o + 4], out[o + 5] = off + 2, total

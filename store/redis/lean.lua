@@ -86,6 +86,9 @@ if (OP == 'f' or MULTI) and BAKED then
             m = m + 1 + chunks
           elseif kind == K_TOKEN then
             f[m + 2], m = NAMES[off + 1], m + 2 -- the TAT, and the interval it was written in
+          elseif kind == K_CONC then
+            ok = false -- slots go by the general path
+            break
           else
             f[m + 2], m = NAMES[off + 1], m + 2
             if kind == K_APPROX then f[m + 1], m = NAMES[off + 2], m + 1 end

@@ -60,13 +60,7 @@ func (r *Store) Refund(ctx context.Context, rc ratelimit.Receipt) error {
 	if err != nil || c.Policy == nil {
 		return err
 	}
-	stride := verdict.MarksPerKey(c.Policy)
-	rk := make([]string, len(c.Keys))
-	per := make([][]int64, len(c.Keys))
-	for i, k := range c.Keys {
-		rk[i] = redisKey(r.prefix, c.Policy.ID(), k)
-		per[i] = c.Marks[i*stride : (i+1)*stride]
-	}
+	rk, per := r.chargeKeys(c)
 	prep := r.scripts.prepare(c.Policy, r.ttlExtra.Milliseconds())
 	if !r.cluster || len(rk) == 1 {
 		if err := runScript(ctx, r.client, prep.script, rk, prep.refundArgs(r.nowUS(), c.Cost, per...)).Err(); err != nil {
@@ -80,6 +74,18 @@ func (r *Store) Refund(ctx context.Context, rc ratelimit.Receipt) error {
 		}
 	}
 	return nil
+}
+
+// chargeKeys returns the Redis keys of a charge's identities and, for
+// each, its marks (verdict.MarksPerKey of them).
+func (r *Store) chargeKeys(c storekit.Charge) (keys []string, marks [][]int64) {
+	stride := verdict.MarksPerKey(c.Policy)
+	keys, marks = make([]string, len(c.Keys)), make([][]int64, len(c.Keys))
+	for i, k := range c.Keys {
+		keys[i] = redisKey(r.prefix, c.Policy.ID(), k)
+		marks[i] = c.Marks[i*stride : (i+1)*stride]
+	}
+	return keys, marks
 }
 
 // WaitRefunds waits for the refunds a Cluster store runs in the background

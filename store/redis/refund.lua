@@ -42,7 +42,7 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
       if v < 0 then v = 0 end
       out[o], out[o + 1], o = f, v, o + 2
     end
-  elseif at + P[j + P_PERIOD] > now then
+  elseif kind == K_LOG and at + P[j + P_PERIOD] > now then
     -- The log, while the charge counts: its units leave; units of the
     -- earlier of its oldest time and its newest minus a Period stand in
     -- for those it had replaced. The ring is as large as its pointer

@@ -21,12 +21,14 @@ const (
 	opMulti  = "m" // several opFast calls of one baked policy, in one run (batch.go)
 	opRefund = "r"
 	opReset  = "x"
+	opSlots  = "c" // release or renew a charge's slots (slots.go)
 )
 
 // The script's source, in files by job, joined in this order: the opening
 // (script.lua, which says what the script does), the lean path of the
 // common call, the reset, the resend IDs, the policy and places in line, a
-// log's ring, the counters, the refund and the take.
+// log's ring, the counters, the refund, the slots' release and renewal,
+// and the take.
 var (
 	//go:embed script.lua
 	opening string
@@ -44,10 +46,12 @@ var (
 	counters string
 	//go:embed refund.lua
 	refund string
+	//go:embed slots.lua
+	slotsLua string
 	//go:embed take.lua
 	take string
 
-	source = opening + lean + reset + resendIDs + policyLua + logLua + counters + refund + take
+	source = opening + lean + reset + resendIDs + policyLua + logLua + counters + refund + slotsLua + take
 )
 
 // prelude gives the script, by name, the numbers internal/layout names:

@@ -2,7 +2,7 @@
 -- key, all or nothing), refund (undo one charge) and reset (forget an
 -- identity). Its source is this opening and, after it, lean.lua (the lean
 -- path of the common call), reset.lua, resend.lua, policy.lua, log.lua,
--- counters.lua, refund.lua and take.lua, joined by script.go. It mirrors the memory store (store/memory), the reference:
+-- counters.lua, refund.lua, slots.lua and take.lua, joined by script.go. It mirrors the memory store (store/memory), the reference:
 -- the same state, laid out as internal/layout names it, the same integer
 -- arithmetic (microseconds; the approximation's one weighted product in
 -- IEEE doubles, computed in the same order), the same order of decisions.
@@ -51,6 +51,11 @@
 --   'r' refund. ARGV: now, cost, the policy unless baked, then per key the
 --       time of the charge, the key's refund count then, and one mark per
 --       limit. KEYS: the identities charged. Reply: how many gave back.
+--   'c' release or renew the slots of Concurrent limits one charge holds.
+--       ARGV: now, '1' to renew, the policy unless baked, then per key
+--       the marks as for 'r'. KEYS: the identities charged. Reply: per
+--       key, per limit, the limit's mark from now on (renewed: its
+--       epoch plus one; else 0).
 --   'x' reset. ARGV: how long to keep the key (ms). KEYS[1]: the identity.
 --       Reply: 1 when the key existed, else 0.
 -- The policy: TTL (ms), NL (limits), BLOCK (µs), IDTTL (µs), RES ('1' when

@@ -187,7 +187,7 @@ func decide(req ratelimit.Request, replies [][]int64, nl int) ratelimit.Decision
 	} else if rel := rep[rRelease]; rel > rep[rNow] {
 		d.Delay = time.Duration(rel-rep[rNow]) * time.Microsecond
 	}
-	verdict.Finish(&d, allowed)
+	verdict.Finish(&d, allowed, req.Policy)
 	if len(charged) > 0 {
 		d.Receipt = storekit.NewReceipt(req.Policy, charged, d.Granted, marks)
 	}

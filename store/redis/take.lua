@@ -124,6 +124,15 @@ end
 local c1 = cost
 if c1 == 0 then c1 = 1 end
 
+-- mark is a limit's mark in a receipt after a charge: a token bucket's
+-- TAT, a Concurrent limit's epoch plus one, else 0.
+local function mark(s, j)
+  local kind, off = P[j + P_KIND], P[j + P_HASH]
+  if kind == K_TOKEN then return s[off] end
+  if kind == K_CONC then return s[off] + 1 end
+  return 0
+end
+
 -- retake runs retime before a charge at t0 (not a place in line): a token
 -- bucket of another interval, rewritten in its limit's, is reported and
 -- charged as it now stands, so its limits are evaluated again for c1 (into
@@ -208,7 +217,7 @@ if OP == 'f' and #KEYS == 1 then
     folded = folded or refolded
     for i = 0, NL - 1 do
       wo = charge(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], charged, w, wo)
-      if P[STRIDE * i + P_KIND] == K_TOKEN then out[RHEAD + 1 + KHEAD + 3 + RLIM * i] = s[P[STRIDE * i + P_HASH]] end
+      out[RHEAD + 1 + KHEAD + 3 + RLIM * i] = mark(s, STRIDE * i)
     end
     if folded or s.qdirty then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
     w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
@@ -329,7 +338,8 @@ if upto then
   -- The grant is what every limit of every key has room for now.
   evalall(T0, 1)
   for q, a in pairs(EA) do
-    if a < granted then granted = a end
+    -- A slot there is taken whatever the grant.
+    if a < granted and not (a > 0 and P[STRIDE * ((q - 1) % NL) + P_KIND] == K_CONC) then granted = a end
   end
   if blocked then granted = 0 end
   if granted > 0 then
@@ -454,8 +464,10 @@ for k = 1, nk do
       else
         for i = 0, NL - 1 do
           local q = (k - 1) * NL + i + 1
-          wo = charge(s, key, STRIDE * i, t, EU[q], ET[q], charged, w, wo)
-          if P[STRIDE * i + P_KIND] == K_TOKEN then out[o + KHEAD + 3 + RLIM * i] = s[P[STRIDE * i + P_HASH]] end
+          if not (force and P[STRIDE * i + P_KIND] == K_CONC) then -- a debt is cost, not a request in flight
+            wo = charge(s, key, STRIDE * i, t, EU[q], ET[q], charged, w, wo)
+            out[o + KHEAD + 3 + RLIM * i] = mark(s, STRIDE * i)
+          end
         end
       end
       if folded or t > t0 or s.qdirty then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end

@@ -13,7 +13,9 @@ import (
 // Equivalence replays random traces per algorithm through h's store and
 // through the memory store on one clock, and requires identical decisions,
 // field by field, at every step (and, with h.Marks, identical receipts).
-// The traces settle earlier charges too, below and above their cost.
+// The traces settle earlier charges too, below and above their cost; in
+// every fourth trace the policy has a Concurrent limit as well, and steps
+// release and renew earlier charges' slots.
 // Every third trace is one of the guarantee checker's crowded lines of
 // reservations, partial grants, refunds and settles on several keys. In every
 // other trace the definition changes mid-trace, back and forth: runs of
@@ -26,6 +28,9 @@ func Equivalence(t *testing.T, h Harness) {
 			rng := rand.New(rand.NewPCG(uint64(alg)+7*14, 7))
 			for n := range h.traces(t) {
 				p := randomPolicy(rng, alg)
+				if n%4 == 3 {
+					p = withSlots(rng, p) // requests in flight too
+				}
 				var trace []step
 				if n%3 == 1 {
 					trace = lineTrace(rng, p, 24) // places in line crowded on several keys, as Guarantees replays
@@ -82,6 +87,9 @@ func replay(t *testing.T, h Harness, p, alt *ratelimit.Policy, trace []step, n i
 			t.Fatalf("trace %d step %d: %v", n, i, err)
 		}
 		memR[i], gotR[i] = want.Receipt, got.Receipt
+		if st.op == opRenew { // the renewal's receipt holds the slots from now on
+			memR[st.ref], gotR[st.ref] = want.Receipt, got.Receipt
+		}
 		if h.Marks && !reflect.DeepEqual(receiptView(got.Receipt), receiptView(want.Receipt)) {
 			t.Fatalf("trace %d step %d: receipts differ:\nstore  %+v\nmemory %+v", n, i, receiptView(got.Receipt), receiptView(want.Receipt))
 		}
@@ -125,6 +133,11 @@ func apply(ctx context.Context, s ratelimit.Store, p *ratelimit.Policy, st step,
 		return ratelimit.Decision{}, s.(ratelimit.Resetter).Reset(ctx, p, st.keys...)
 	case opSettle:
 		return ratelimit.Decision{}, s.(ratelimit.Settler).Settle(ctx, receipts[st.ref], st.cost)
+	case opRelease:
+		return ratelimit.Decision{}, s.(ratelimit.Releaser).Release(ctx, receipts[st.ref])
+	case opRenew:
+		r, err := s.(ratelimit.Releaser).Renew(ctx, receipts[st.ref])
+		return ratelimit.Decision{Receipt: r}, err
 	}
 	return s.Take(ctx, req)
 }

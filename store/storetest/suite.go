@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Equivalence", func(t *testing.T) { Equivalence(t, h) })
 	t.Run("Guarantees", func(t *testing.T) { Guarantees(t, h) })
 	t.Run("Scenarios", func(t *testing.T) { Scenarios(t, h) })
+	t.Run("Slots", func(t *testing.T) { Slots(t, h) })
 }
 
 // fullTraces and quickTraces are how many random traces a check replays
@@ -101,7 +102,7 @@ func reference(clk *clock) ratelimit.Store { return memory.New(memory.WithClock(
 
 // capabilities are the optional operations a store implements.
 type capabilities struct {
-	reserve, upTo, refund, reset, settle bool
+	reserve, upTo, refund, reset, settle, slots bool
 }
 
 func capsOf(s ratelimit.Store) capabilities {
@@ -110,7 +111,8 @@ func capsOf(s ratelimit.Store) capabilities {
 	_, refund := s.(ratelimit.Refunder)
 	_, reset := s.(ratelimit.Resetter)
 	_, settle := s.(ratelimit.Settler)
-	return capabilities{reserve, upTo, refund, reset, settle}
+	_, slots := s.(ratelimit.Releaser)
+	return capabilities{reserve, upTo, refund, reset, settle, slots}
 }
 
 // fit leaves out of a trace the operations the store lacks (they become
@@ -121,7 +123,8 @@ func (c capabilities) fit(trace []step, oneKey bool) []step {
 		switch {
 		case s.op == opReserve && !c.reserve, s.op == opUpTo && !c.upTo:
 			s.op = opTake
-		case s.op == opRefund && !c.refund, s.op == opReset && !c.reset, s.op == opSettle && !c.settle:
+		case s.op == opRefund && !c.refund, s.op == opReset && !c.reset, s.op == opSettle && !c.settle,
+			(s.op == opRelease || s.op == opRenew) && !c.slots:
 			s.op = opTake
 			if s.keys == nil {
 				continue

@@ -46,6 +46,8 @@ const (
 	opRefund         // Refund an earlier step's receipt
 	opReset          // Reset
 	opSettle         // Settle an earlier step's receipt to cost units
+	opRelease        // Release an earlier step's slots
+	opRenew          // Renew an earlier step's slots (its receipt is replaced)
 )
 
 // step is one request of a trace.
@@ -99,6 +101,41 @@ func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 	return p
 }
 
+// withSlots returns p with a Concurrent limit of 1 to 4 slots added, its
+// lease a whole number of seconds around p's periods.
+func withSlots(rng *rand.Rand, p *ratelimit.Policy) *ratelimit.Policy {
+	limits := p.Limits()
+	l := ratelimit.Concurrent(int64(1 + rng.IntN(4)))
+	l.Period = time.Duration(1+rng.IntN(60)) * time.Second
+	limits = append(limits[:min(len(limits), ratelimit.MaxLimits-1)], l)
+	for i := range limits {
+		limits[i].Name = "" // named anew
+	}
+	return like(p, limits)
+}
+
+// like returns a policy of p's name, algorithm and penalty with limits.
+func like(p *ratelimit.Policy, limits []ratelimit.Limit) *ratelimit.Policy {
+	q, err := ratelimit.NewPolicy(p.Name(), p.Algorithm(), limits...)
+	if err == nil && p.BlockFor() > 0 {
+		q, err = q.With(ratelimit.BlockFor(p.BlockFor()))
+	}
+	if err != nil {
+		panic(err)
+	}
+	return q
+}
+
+// slotted reports whether p has a Concurrent limit.
+func slotted(p *ratelimit.Policy) bool {
+	for _, l := range p.Limits() {
+		if l.Concurrent {
+			return true
+		}
+	}
+	return false
+}
+
 // rerated returns a policy of p's name, algorithm, periods, precisions
 // and penalty, with other rates (and bursts), as a plan change or a
 // rolling deploy makes: of one ID with p, unless a sliding window's rate
@@ -107,6 +144,10 @@ func rerated(rng *rand.Rand, p *ratelimit.Policy) *ratelimit.Policy {
 	limits := p.Limits()
 	for i := range limits {
 		l := &limits[i]
+		if l.Concurrent {
+			l.Rate = int64(1 + rng.IntN(4))
+			continue
+		}
 		if l.Rate > ratelimit.ExactRateMax {
 			l.Rate = ratelimit.ExactRateMax + 1 + int64(rng.IntN(40))
 		} else {
@@ -116,14 +157,7 @@ func rerated(rng *rand.Rand, p *ratelimit.Policy) *ratelimit.Policy {
 			l.Burst = 0 // the new rate
 		}
 	}
-	q, err := ratelimit.NewPolicy(p.Name(), p.Algorithm(), limits...)
-	if err == nil && p.BlockFor() > 0 {
-		q, err = q.With(ratelimit.BlockFor(p.BlockFor()))
-	}
-	if err != nil {
-		panic(err)
-	}
-	return q
+	return like(p, limits)
 }
 
 // randomTrace draws steps whose clock advances by amounts around the
@@ -165,6 +199,10 @@ func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 			s.op = opReset
 		case r < 10 && i > 0:
 			s.op, s.ref, s.cost = opSettle, rng.IntN(i), settleCost(rng)
+		case r < 12 && i > 0 && slotted(p):
+			s.op, s.ref = opRelease, rng.IntN(i)
+		case r < 13 && i > 0 && slotted(p):
+			s.op, s.ref = opRenew, rng.IntN(i)
 		}
 		if rng.IntN(4) == 0 {
 			s.id = []string{"req-a", "req-b"}[rng.IntN(2)]
@@ -239,6 +277,8 @@ func lineTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 			s.op, s.ref = opRefund, rng.IntN(i)
 		case r < 8 && i > 0:
 			s.op, s.ref, s.cost = opSettle, rng.IntN(i), settleCost(rng)
+		case r < 9 && i > 0 && slotted(p):
+			s.op, s.ref = []int{opRelease, opRenew}[rng.IntN(2)], rng.IntN(i)
 		}
 		out[i] = s
 	}

@@ -1,0 +1,151 @@
+package storetest
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// Slots replays random traces of requests under policies with a
+// Concurrent limit through h's store, by brute force over every holder:
+// takes, partial grants and peeks on one to three keys, releases and
+// renewals of earlier charges, the clock moving by parts of a lease and
+// by whole ones. A request is in flight from its admission until its
+// release, and counted as long as it was admitted or renewed within the
+// last lease (a live holder is: the Handler renews every half lease).
+// Every admission must leave at most the limit's slots in flight on each
+// of its keys. Every denial by the Concurrent limit (Decision.InFlight)
+// must find a key whose slots are all held by what the store still
+// counts: charges neither released nor lapsed (recorded, at admission or
+// renewal, in the epoch of the call or the one before).
+func Slots(t *testing.T, h Harness) {
+	ctx := context.Background()
+	var clk clock
+	if !capsOf(h.store(t, &clk)).slots {
+		t.Log("not run: the store does not release slots (ratelimit.Releaser)")
+		return
+	}
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(alg)+31, 5))
+			var nAdmitted, nInFlight, nReleased, nRenewed int
+			for n := range h.traces(t) {
+				base := randomPolicy(rng, alg)
+				if base.BlockFor() > 0 {
+					var err error
+					if base, err = base.With(ratelimit.BlockFor(0)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				p := withSlots(rng, base)
+				var slots, lease int64
+				for _, l := range p.Limits() {
+					if l.Concurrent {
+						slots, lease = l.Rate, l.Period.Microseconds()
+					}
+				}
+				s, clk := h.start(t)
+				type holder struct {
+					keys []string
+					last int64 // µs since t0: admitted or renewed
+					r    ratelimit.Receipt
+					done bool // released
+				}
+				var held []*holder
+				epoch := func(at int64) int64 { return (t0.UnixMicro() + at) / lease }
+				inFlight := func(k string, at int64, counted func(*holder) bool) int64 {
+					c := int64(0)
+					for _, x := range held {
+						if x.done || !counted(x) {
+							continue
+						}
+						for _, xk := range x.keys {
+							if xk == k {
+								c++
+							}
+						}
+					}
+					return c
+				}
+				keys := []string{"a", "b", "c"}
+				at := int64(0)
+				for i := 0; i < 40; i++ {
+					switch rng.IntN(3) {
+					case 0:
+						at += rng.Int64N(lease/2 + 1)
+					case 1:
+						at += lease
+					}
+					clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
+					r := rng.IntN(10)
+					if r < 4 && len(held) > 0 {
+						x := held[rng.IntN(len(held))]
+						if x.done {
+							continue
+						}
+						if r < 2 {
+							if err := s.(ratelimit.Releaser).Release(ctx, x.r); err != nil {
+								t.Fatal(err)
+							}
+							x.done = true
+							nReleased++
+							continue
+						}
+						nr, err := s.(ratelimit.Releaser).Renew(ctx, x.r)
+						if err != nil {
+							t.Fatal(err)
+						}
+						x.r, x.last = nr, at
+						nRenewed++
+						continue
+					}
+					ks := keys[:1+rng.IntN(len(keys))]
+					if h.OneKey {
+						ks = ks[:1]
+					}
+					ks = append([]string(nil), ks...)
+					rng.Shuffle(len(ks), func(a, b int) { ks[a], ks[b] = ks[b], ks[a] })
+					req := ratelimit.Request{Policy: p, Keys: ks, Cost: int64(rng.IntN(3))}
+					var d ratelimit.Decision
+					var err error
+					if req.Cost > 0 && rng.IntN(4) == 0 {
+						d, err = s.(ratelimit.Granter).TakeUpTo(ctx, req)
+					} else {
+						d, err = s.Take(ctx, req)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch {
+					case d.Allowed && !d.Receipt.IsZero():
+						nAdmitted++
+						held = append(held, &holder{keys: ks, last: at, r: d.Receipt})
+						for _, k := range ks {
+							if c := inFlight(k, at, func(x *holder) bool { return x.last >= at-lease }); c > slots {
+								t.Fatalf("trace %d step %d (%s): %d requests in flight on %q, %d slots", n, i, p, c, k, slots)
+							}
+						}
+					case d.InFlight:
+						nInFlight++
+						full := false
+						for _, k := range ks {
+							if inFlight(k, at, func(x *holder) bool { return epoch(x.last) >= epoch(at)-1 }) >= slots {
+								full = true
+							}
+						}
+						if !full {
+							t.Fatalf("trace %d step %d (%s): denied in flight on %q, though a slot was free", n, i, p, ks)
+						}
+					}
+				}
+			}
+			t.Logf("%s: %d admitted, %d denied in flight, %d released, %d renewed", alg, nAdmitted, nInFlight, nReleased, nRenewed)
+			if nAdmitted == 0 || nInFlight == 0 || nReleased == 0 || nRenewed == 0 {
+				t.Errorf("%s: the traces missed a kind of step", alg)
+			}
+		})
+	}
+}
