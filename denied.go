@@ -75,7 +75,9 @@ func NewProblem(res Result) Problem {
 		l = &p.limits[d.Limit]
 		pb.Limit = l.Name
 		pb.Quota = limitQuota(l, p.algorithm == TokenBucket)
-		pb.Window = windowSeconds(l.Period)
+		if !l.Concurrent { // requests in flight have no window
+			pb.Window = windowSeconds(l.Period)
+		}
 		pb.ViolatedPolicies = []string{l.Name}
 		for i, ls := range d.Limits {
 			if i != d.Limit && i < len(p.limits) && !ls.Allowed && ls.RetryAfter != 0 {
@@ -99,6 +101,12 @@ func NewProblem(res Result) Problem {
 			b.WriteString("exceeds a rate limit")
 		}
 		b.WriteString(" and can never be admitted.")
+		pb.Detail = b.String()
+		return pb
+	}
+	if l != nil && l.Concurrent && d.InFlight {
+		b.WriteString("Concurrency limit " + strconv.Quote(l.Name) + " (" + strconv.FormatInt(l.Rate, 10) +
+			" requests in flight) reached: retry when one of this client's requests has ended.")
 		pb.Detail = b.String()
 		return pb
 	}
@@ -145,6 +153,10 @@ func keyKind(key string) string {
 // of a token bucket when it differs from the rate.
 func writeLimit(b *strings.Builder, l *Limit, tokenBucket bool) {
 	b.WriteString(strconv.Quote(l.Name))
+	if l.Concurrent {
+		b.WriteString(" (" + strconv.FormatInt(l.Rate, 10) + " concurrent)")
+		return
+	}
 	b.WriteString(" (" + strconv.FormatInt(l.Rate, 10) + " per " + FormatPeriod(l.Period))
 	if tokenBucket && l.Burst > 0 && l.Burst != l.Rate {
 		b.WriteString(", burst " + strconv.FormatInt(l.Burst, 10))

@@ -139,6 +139,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // cost. A handler that panics keeps its charge as it was.
 func (h *handler) serve(w http.ResponseWriter, r *http.Request, f *frame) {
 	l := h.l
+	// Slots of Concurrent limits are held while the handler runs, and
+	// released when it returns, however it does (a panic too).
+	defer l.holdSlots(r, f.res.Decision.Receipt)()
 	if l.refundIf == nil && l.costAfter == nil {
 		h.next.ServeHTTP(w, r)
 	} else {

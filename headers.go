@@ -134,11 +134,13 @@ func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 			b = appendSFString(b, cur.Name)
 			b = append(b, ";r="...)
 			b = appendSFInt(b, d.Remaining)
-			b = append(b, ";t="...)
-			if style&HeadersIETF != 0 {
-				b = appendSFInt(b, floorSeconds(d.RefillAfter))
-			} else {
-				b = appendSFInt(b, ceilSeconds(d.ResetAfter))
+			if !cur.Concurrent { // a slot frees when a request ends: no time to tell
+				b = append(b, ";t="...)
+				if style&HeadersIETF != 0 {
+					b = appendSFInt(b, floorSeconds(d.RefillAfter))
+				} else {
+					b = appendSFInt(b, ceilSeconds(d.ResetAfter))
+				}
 			}
 			fields[nf] = field{hdrRateLimit, start, len(b)}
 			nf++
@@ -209,6 +211,12 @@ func appendPolicyHeader(b []byte, limits []Limit, tokenBucket bool) []byte {
 		}
 		b = appendSFString(b, limits[i].Name)
 		b = append(b, ";q="...)
+		if limits[i].Concurrent {
+			// Requests in flight: no window (the draft's quota unit).
+			b = appendSFInt(b, limits[i].Rate)
+			b = append(b, `;qu="concurrent-requests"`...)
+			continue
+		}
 		b = appendSFInt(b, limitQuota(&limits[i], tokenBucket))
 		b = append(b, ";w="...)
 		b = appendSFInt(b, windowSeconds(limits[i].Period))
@@ -222,9 +230,10 @@ func appendPolicyHeader(b []byte, limits []Limit, tokenBucket bool) []byte {
 // effective window the RateLimit field's t states (draft-11). It replaces
 // any previous value.
 //
-// When d.Allowed is true, or d.RetryAfter is Never (the request's cost can
-// never be admitted, so no wait helps), it writes nothing and leaves h
-// unchanged. A nil h is a no-op.
+// When d.Allowed is true, d.RetryAfter is Never (the request's cost can
+// never be admitted, so no wait helps) or d.InFlight (every slot of a
+// Concurrent limit is held: a slot frees when a request ends, at no time
+// to promise), it writes nothing and leaves h unchanged. A nil h is a no-op.
 func SetRetryAfter(h http.Header, d Decision) {
 	secs, ok := retryAfterSeconds(d)
 	if h == nil || !ok {
@@ -237,7 +246,7 @@ func SetRetryAfter(h http.Header, d Decision) {
 // retryAfterSeconds is the delay SetRetryAfter writes for d, and false when
 // it writes none.
 func retryAfterSeconds(d Decision) (int64, bool) {
-	if d.Allowed || d.RetryAfter == Never {
+	if d.Allowed || d.RetryAfter == Never || d.InFlight {
 		return 0, false
 	}
 	return max(1, ceilSeconds(d.RetryAfter), floorSeconds(d.RefillAfter)), true

@@ -1,0 +1,249 @@
+package ratelimit_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// TestConcurrentNeverExceeded: 64 goroutines send slow requests through a
+// Handler of "1000/s, 5 concurrent" for one client, on memory, miniredis
+// and a real Redis; some handlers panic, some clients leave before the
+// answer. A brute force over the handlers' start and end times finds no
+// instant with more than 5 running, and every slot is free at the end.
+func TestConcurrentNeverExceeded(t *testing.T) {
+	for name, mk := range settleBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			st, _ := mk(t)
+			// A store call that timed out may have taken a slot the
+			// Limiter never learns of (it lapses after its lease): under
+			// the race detector, a generous timeout keeps the count exact.
+			lim := newLimiter(t, st, ratelimit.MustParsePolicy("1000/s, 5 concurrent", ratelimit.Named("reports")),
+				ratelimit.WithTimeout(10*time.Second))
+			type span struct{ start, end time.Time }
+			var mu sync.Mutex
+			var spans []span
+			h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				s := span{start: time.Now()}
+				defer func() {
+					s.end = time.Now()
+					mu.Lock()
+					spans = append(spans, s)
+					mu.Unlock()
+				}()
+				select {
+				case <-time.After(2 * time.Millisecond):
+				case <-r.Context().Done(): // the client left
+					return
+				}
+				if r.URL.Query().Get("panic") == "1" {
+					panic(http.ErrAbortHandler)
+				}
+			}))
+			const workers, each = 64, 15
+			var wg sync.WaitGroup
+			var denied, admitted sync.Map
+			for g := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range each {
+						url := "/report"
+						ctx, cancel := context.WithCancel(context.Background())
+						switch (g + i) % 7 {
+						case 0:
+							url += "?panic=1"
+						case 1:
+							cancel() // a client that left
+						}
+						rec := httptest.NewRecorder()
+						func() {
+							defer func() { _ = recover() }()
+							h.ServeHTTP(rec, httptest.NewRequest("GET", url, nil).WithContext(ctx))
+						}()
+						cancel()
+						if rec.Code == http.StatusTooManyRequests {
+							denied.Store(g*each+i, rec)
+						} else {
+							admitted.Store(g*each+i, true)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			n, d := 0, 0
+			admitted.Range(func(any, any) bool { n++; return true })
+			denied.Range(func(_, v any) bool {
+				d++
+				rec := v.(*httptest.ResponseRecorder)
+				h := rec.Header()
+				if !strings.Contains(rec.Body.String(), "reports-concurrent\\\" (5 requests in flight) reached") {
+					t.Errorf("a denial by the concurrent limit says %q", rec.Body.String())
+					return false
+				}
+				if h.Get("Retry-After") != "" || !strings.Contains(h.Get("RateLimit"), `"reports-concurrent";r=0`) || strings.Contains(h.Get("RateLimit"), ";t=") {
+					t.Errorf("a denial by the concurrent limit: Retry-After %q, RateLimit %q; want none, and r=0 without t", h.Get("Retry-After"), h.Get("RateLimit"))
+					return false
+				}
+				return true
+			})
+			if n == 0 || d == 0 {
+				t.Fatalf("%d admitted, %d denied: want both", n, d)
+			}
+			most := 0
+			for _, a := range spans {
+				in := 0
+				for _, b := range spans {
+					if !b.start.After(a.start) && b.end.After(a.start) {
+						in++
+					}
+				}
+				most = max(most, in)
+			}
+			t.Logf("%d handlers ran, %d requests denied; most running at once: %d", len(spans), d, most)
+			if most > 5 {
+				t.Fatalf("%d handlers ran at once under 5 concurrent", most)
+			}
+			if dd, err := lim.AllowN(context.Background(), 0, "ip:192.0.2.1"); err != nil || dd.Limits[1].Remaining != 5 {
+				t.Fatalf("after every request ended: %+v %v; want all 5 slots free", dd.Limits, err)
+			}
+		})
+	}
+}
+
+// TestConcurrentSlotLapses: a slot taken and never released (its process
+// died) holds for its lease and frees itself within two; Release frees
+// one at once, once; the policy header names the unit.
+func TestConcurrentSlotLapses(t *testing.T) {
+	ctx := context.Background()
+	for name, mk := range settleBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			st, clk := mk(t)
+			pol := ratelimit.MustParsePolicy("2 concurrent lease 10s", ratelimit.Named("jobs"))
+			lim := newLimiter(t, st, pol)
+			a, _ := lim.Allow(ctx, "k")
+			b, _ := lim.Allow(ctx, "k")
+			c, _ := lim.Allow(ctx, "k")
+			if !a.Allowed || !b.Allowed || c.Allowed || !c.InFlight || c.RetryAfter <= 0 {
+				t.Fatalf("step 1: %v %v %+v; want two slots then a denial in flight", a.Allowed, b.Allowed, c)
+			}
+			if err := lim.Release(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			if err := lim.Release(ctx, a); err != nil { // once: frees nothing more
+				t.Fatal(err)
+			}
+			d, _ := lim.Allow(ctx, "k")
+			e, _ := lim.Allow(ctx, "k")
+			if !d.Allowed || e.Allowed {
+				t.Fatalf("step 2: after one release %v %v; want exactly one more", d.Allowed, e.Allowed)
+			}
+			// b and d are never released: within a lease they hold.
+			clk.Advance(9 * time.Second)
+			if f, _ := lim.Allow(ctx, "k"); f.Allowed {
+				t.Fatal("step 3: a slot lapsed within its lease")
+			}
+			clk.Advance(11 * time.Second) // two leases past the slots
+			g, _ := lim.Allow(ctx, "k")
+			h, _ := lim.Allow(ctx, "k")
+			if !g.Allowed || !h.Allowed {
+				t.Fatalf("step 4: two leases on, %v %v; want both slots back", g.Allowed, h.Allowed)
+			}
+			rec := httptest.NewRecorder()
+			lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			if got := rec.Header().Get("RateLimit-Policy"); got != `"jobs-concurrent";q=2;qu="concurrent-requests"` {
+				t.Fatalf("RateLimit-Policy %q", got)
+			}
+		})
+	}
+}
+
+// TestConcurrentRenewed: a Handler renews its slot every half lease
+// while the request runs, so a request longer than two leases keeps it.
+func TestConcurrentRenewed(t *testing.T) {
+	for name, mk := range settleBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			st, clk := mk(t)
+			renewed := make(chan struct{}, 16)
+			lim := newLimiter(t, st, ratelimit.MustParsePolicy("1 concurrent lease 1s", ratelimit.Named("long")),
+				ratelimit.WithObserver(renewObserver(renewed)))
+			finish, started := make(chan struct{}), make(chan struct{})
+			h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+				close(started)
+				<-finish
+			}))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+			}()
+			<-started
+			for step := range 3 {
+				select {
+				case <-renewed:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("step %d: no renewal", step)
+				}
+				clk.Advance(time.Second)
+				if d, _ := lim.Allow(context.Background(), "ip:192.0.2.1"); d.Allowed {
+					t.Fatalf("step %d: the running request's slot lapsed", step)
+				}
+			}
+			close(finish)
+			<-done
+			if d, _ := lim.Allow(context.Background(), "ip:192.0.2.1"); !d.Allowed {
+				t.Fatalf("after the request ended: %+v", d)
+			}
+		})
+	}
+}
+
+type renewObserver chan struct{}
+
+func (o renewObserver) ObserveDecision(ratelimit.DecisionEvent) {}
+func (o renewObserver) ObserveCircuit(ratelimit.CircuitEvent)   {}
+func (o renewObserver) ObserveStore(e ratelimit.StoreEvent) {
+	if e.Op == "renew" && e.Err == nil {
+		select {
+		case o <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// TestParseConcurrent: the policy strings of concurrent limits.
+func TestParseConcurrent(t *testing.T) {
+	cases := []struct {
+		in, want, err string
+	}{
+		{"10/s, 5 concurrent", "10/1s, 5 concurrent", ""},
+		{"5 Concurrent lease 2m; 100/h", "5 concurrent lease 2m, 100/1h", ""},
+		{"0 concurrent", "", "requests in flight"},
+		{"5 concurrent lease 500ms", "", "lease"},
+		{"5 concurrent soon", "", "want N concurrent"},
+		{"5 concurrent, 6 concurrent", "", "at most one"},
+	}
+	for i, c := range cases {
+		p, err := ratelimit.ParsePolicy(c.in)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("step %d: %q: error %v, want one saying %q", i, c.in, err, c.err)
+		case c.err == "" && err != nil:
+			t.Errorf("step %d: %q: %v", i, c.in, err)
+		case c.err == "" && p.String() != c.want:
+			t.Errorf("step %d: %q: String %q, want %q", i, c.in, p.String(), c.want)
+		}
+	}
+	if _, err := ratelimit.NewPolicy("x", ratelimit.TokenBucket, ratelimit.PerSecond(5), ratelimit.Concurrent(2)); err != nil {
+		t.Errorf("a concurrent limit beside a token bucket: %v", err)
+	}
+	if _, err := ratelimit.NewPolicy("x", ratelimit.SlidingWindow, ratelimit.Limit{Rate: 2, Concurrent: true, Burst: 1}); err == nil {
+		t.Error("a concurrent limit with a burst accepted")
+	}
+}
