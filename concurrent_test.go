@@ -118,8 +118,8 @@ func TestConcurrentNeverExceeded(t *testing.T) {
 }
 
 // TestConcurrentSlotLapses: a slot taken and never released (its process
-// died) holds for its lease and frees itself within two; Release frees
-// one at once, once; the policy header names the unit.
+// died) holds for half its lease and frees itself within the lease;
+// Release frees one at once, once; the policy header names the unit.
 func TestConcurrentSlotLapses(t *testing.T) {
 	ctx := context.Background()
 	for name, mk := range settleBackends(t) {
@@ -144,16 +144,17 @@ func TestConcurrentSlotLapses(t *testing.T) {
 			if !d.Allowed || e.Allowed {
 				t.Fatalf("step 2: after one release %v %v; want exactly one more", d.Allowed, e.Allowed)
 			}
-			// b and d are never released: within a lease they hold.
-			clk.Advance(9 * time.Second)
+			// b and d are never released: they hold until their lease ends,
+			// 10s after they were taken (the clock starts on an epoch's edge).
+			clk.Advance(10*time.Second - time.Microsecond)
 			if f, _ := lim.Allow(ctx, "k"); f.Allowed {
-				t.Fatal("step 3: a slot lapsed within its lease")
+				t.Fatal("step 3: a slot lapsed before its lease ended")
 			}
-			clk.Advance(11 * time.Second) // two leases past the slots
+			clk.Advance(time.Microsecond)
 			g, _ := lim.Allow(ctx, "k")
 			h, _ := lim.Allow(ctx, "k")
 			if !g.Allowed || !h.Allowed {
-				t.Fatalf("step 4: two leases on, %v %v; want both slots back", g.Allowed, h.Allowed)
+				t.Fatalf("step 4: a lease on, %v %v; want both slots back", g.Allowed, h.Allowed)
 			}
 			rec := httptest.NewRecorder()
 			lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
@@ -164,8 +165,9 @@ func TestConcurrentSlotLapses(t *testing.T) {
 	}
 }
 
-// TestConcurrentRenewed: a Handler renews its slot every half lease
-// while the request runs, so a request longer than two leases keeps it.
+// TestConcurrentRenewed: a Handler renews its slot every quarter lease
+// while the request runs, so a request longer than its lease keeps it:
+// after each renewal the store's clock moves half a lease.
 func TestConcurrentRenewed(t *testing.T) {
 	for name, mk := range settleBackends(t) {
 		t.Run(name, func(t *testing.T) {
@@ -190,7 +192,7 @@ func TestConcurrentRenewed(t *testing.T) {
 				case <-time.After(10 * time.Second):
 					t.Fatalf("step %d: no renewal", step)
 				}
-				clk.Advance(time.Second)
+				clk.Advance(500 * time.Millisecond)
 				if d, _ := lim.Allow(context.Background(), "ip:192.0.2.1"); d.Allowed {
 					t.Fatalf("step %d: the running request's slot lapsed", step)
 				}

@@ -174,9 +174,9 @@ type Limit struct {
 }
 
 // DefaultLease is the lease of a Concurrent limit's slot when none is
-// set: a Handler renews its slots every half lease while the request
-// runs, and a process that dies holding slots holds them at most two
-// leases.
+// set: a Handler renews its slots every quarter lease while the request
+// runs, and a process that dies holding slots holds them at most a
+// lease.
 const DefaultLease = 30 * time.Second
 
 // Concurrent returns a limit of n requests in flight at once ("5
@@ -186,9 +186,9 @@ const DefaultLease = 30 * time.Second
 // Limiter.Release). It is checked with the policy's other limits, for
 // every key, in the same store call, all or nothing, and counts requests,
 // not cost. A slot carries a lease (Period, DefaultLease when 0) that the
-// Handler renews every half lease while the request runs: a process that
-// dies holding a slot holds it one to two leases, then the slot frees
-// itself, as does a slot taken by a store call that answered after the
+// Handler renews every quarter lease while the request runs: a process
+// that dies holding a slot holds it half a lease to a lease, then the
+// slot frees itself, as does a slot taken by a store call that answered after the
 // Limiter's timeout. A denial by it (Decision.InFlight) has no wait to
 // promise: a slot frees when a request ends.
 func Concurrent(n int64) Limit { return Limit{Rate: n, Concurrent: true} }
@@ -428,8 +428,9 @@ func limitName(l *Limit, names map[string]int, i int, policy, where string) erro
 }
 
 // slotLimit validates limit i of p, a Concurrent one, and lays it out:
-// its Rate is the slots, its Period the lease (DefaultLease when 0), the
-// epoch of its counters. The lease is in the ID's fingerprint (fp, with
+// its Rate is the slots, its Period the lease (DefaultLease when 0), two
+// epochs of its counters (a slot counts until the end of the epoch after
+// its own: at most a lease). The lease is in the ID's fingerprint (fp, with
 // the kind); the slots only in the definition's (df), so that a changed
 // number of slots keeps the slots held.
 func slotLimit(p *Policy, l *Limit, i int, fp, df io.Writer, out *layout.Limit) error {
@@ -452,7 +453,7 @@ func slotLimit(p *Policy, l *Limit, i int, fp, df io.Writer, out *layout.Limit) 
 		}
 	}
 	lease := l.Period.Microseconds()
-	*out = layout.Limit{Kind: layout.Concurrent, Capacity: l.Rate, Width: lease, N: 1, Period: lease}
+	*out = layout.Limit{Kind: layout.Concurrent, Capacity: l.Rate, Width: lease / 2, N: 1, Period: lease}
 	fmt.Fprintf(df, "|c%d/%d", l.Rate, lease)
 	fmt.Fprintf(fp, "|c%d", lease)
 	return nil

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,10 +16,13 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	rlredis "github.com/ratelimitkit/ratelimit/store/redis"
 )
 
-// settleBackends are the stores the settle tests run on, each on a
-// controlled clock: memory, miniredis and, when there is one, a real Redis.
+// settleBackends are the stores the settle and concurrency tests run on,
+// each on a controlled clock: memory, miniredis and, when there is a
+// redis-server, a real Redis and a local 3-master Cluster (started once
+// for the test t, each store under a prefix of its own).
 func settleBackends(t *testing.T) map[string]func(t *testing.T) (ratelimit.Store, *testClock) {
 	b := map[string]func(t *testing.T) (ratelimit.Store, *testClock){
 		"memory": func(t *testing.T) (ratelimit.Store, *testClock) {
@@ -37,6 +41,20 @@ func settleBackends(t *testing.T) map[string]func(t *testing.T) (ratelimit.Store
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			t.Cleanup(func() { c.Close() })
 			return redisOnClock(t, c)
+		}
+		var cluster *redis.ClusterClient
+		stores := 0
+		b["Cluster"] = func(st *testing.T) (ratelimit.Store, *testClock) {
+			if cluster == nil {
+				cluster = redistest.StartCluster(t, 3).Client(t)
+			}
+			stores++
+			clk := newTestClock()
+			s, err := rlredis.New(cluster, rlredis.WithClock(clk.Now), rlredis.WithPrefix(fmt.Sprintf("rl%d:", stores)))
+			if err != nil {
+				st.Fatal(err)
+			}
+			return s, clk
 		}
 	} else {
 		t.Log("real Redis: not run (no redis-server on PATH)")

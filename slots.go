@@ -12,10 +12,10 @@ import (
 // limits, for every key, in one store call to the store that made the
 // charge, so that another request can start. The Handler releases a
 // request's slots when its handler returns (also on a panic, and when the
-// client left), renewing them every half lease while it runs; Release is
-// for requests decided outside HTTP (Allow, AllowN, WaitN), which are not
-// renewed: release within the lease (Limit.Period of the Concurrent
-// limit), or the slot lapses by itself after one to two leases. A charge
+// client left), renewing them every quarter lease while it runs; Release
+// is for requests decided outside HTTP (Allow, AllowN, WaitN), which are
+// not renewed: release within half the lease (Limit.Period of the
+// Concurrent limit), or the slot lapses by itself within the lease. A charge
 // is released at most once in a process, whoever asks; a Decision that
 // charged nothing, or of a policy without a Concurrent limit, releases
 // nothing and returns nil. A Refund or Settle of the charge does not free
@@ -67,7 +67,7 @@ func (l *Limiter) renew(r *http.Request, rc Receipt) {
 	})
 }
 
-// holdSlots renews the slots the charge rc holds every half lease until
+// holdSlots renews the slots the charge rc holds every quarter lease until
 // the returned function is called, which stops the renewals and then
 // releases the slots (the Handler calls it when the handler returns).
 func (l *Limiter) holdSlots(r *http.Request, rc Receipt) func() {
@@ -83,7 +83,7 @@ func (l *Limiter) holdSlots(r *http.Request, rc Receipt) func() {
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(lease / 2)
+		t := time.NewTicker(lease / 4) // a slot counts at least half a lease
 		defer t.Stop()
 		for {
 			select {

@@ -1,12 +1,12 @@
 package layout
 
-// A Concurrent limit counts slots, one per request in flight, in lease
-// epochs of Width µs: fields (from Mem, or Hash) the current epoch's index
-// E, the slots recorded in E and those recorded in E−1. A slot recorded at
-// t counts until the end of the epoch after t's, so between one and two
-// leases; its holder renews it (records it anew) every half lease while it
-// runs, and a holder that dies without releasing it holds it at most two
-// leases. The charge's mark (a receipt's, per limit) is the epoch its slot
+// A Concurrent limit counts slots, one per request in flight, in epochs of
+// Width µs, half its lease: fields (from Mem, or Hash) the current epoch's
+// index E, the slots recorded in E and those recorded in E−1. A slot
+// recorded at t counts until the end of the epoch after t's, so for more
+// than half a lease and at most a lease; its holder renews it (records it
+// anew) every quarter lease while it runs, and a holder that dies without
+// releasing it holds it at most a lease. The charge's mark (a receipt's, per limit) is the epoch its slot
 // is recorded in, plus one (0: none). Both stores compute these the same
 // way; the Redis script mirrors them (counters.lua).
 

@@ -24,10 +24,10 @@ const (
 	// Approx: the aligned window's index, its cost and the previous
 	// window's cost (SlidingWindowApprox).
 	Approx
-	// Concurrent: slots of requests in flight, counted per lease epoch
-	// (Width long): the current epoch's index, the slots recorded in it
-	// and those recorded in the epoch before. A slot counts until the end
-	// of the epoch after the one it was recorded in (concurrent.go).
+	// Concurrent: slots of requests in flight, counted per epoch (Width
+	// long, half the lease): the current epoch's index, the slots recorded
+	// in it and those recorded in the epoch before. A slot counts until
+	// the end of the epoch after the one it was recorded in (concurrent.go).
 	Concurrent
 )
 
@@ -43,8 +43,8 @@ type Limit struct {
 	// Capacity is the cost the limit admits at once: its Rate, or the
 	// token bucket's Burst.
 	Capacity int64
-	// Width is a sub-bucket (Buckets), the emission interval (Token), a
-	// lease epoch (Concurrent), or the period (the others).
+	// Width is a sub-bucket (Buckets), the emission interval (Token), an
+	// epoch of half the lease (Concurrent), or the period (the others).
 	Width int64
 	// N is the number of sub-buckets (Buckets); 1 otherwise.
 	N int64

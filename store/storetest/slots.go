@@ -15,7 +15,8 @@ import (
 // renewals of earlier charges, the clock moving by parts of a lease and
 // by whole ones. A request is in flight from its admission until its
 // release, and counted as long as it was admitted or renewed within the
-// last lease (a live holder is: the Handler renews every half lease).
+// last half lease (a live holder is: the Handler renews every quarter
+// lease).
 // Every admission must leave at most the limit's slots in flight on each
 // of its keys. Every denial by the Concurrent limit (Decision.InFlight)
 // must find a key whose slots are all held by what the store still
@@ -41,10 +42,11 @@ func Slots(t *testing.T, h Harness) {
 					}
 				}
 				p := withSlots(rng, base)
-				var slots, lease int64
+				var slots, lease, half int64
 				for _, l := range p.Limits() {
 					if l.Concurrent {
 						slots, lease = l.Rate, l.Period.Microseconds()
+						half = lease / 2 // an epoch
 					}
 				}
 				s, clk := h.start(t)
@@ -55,7 +57,7 @@ func Slots(t *testing.T, h Harness) {
 					done bool // released
 				}
 				var held []*holder
-				epoch := func(at int64) int64 { return (t0.UnixMicro() + at) / lease }
+				epoch := func(at int64) int64 { return (t0.UnixMicro() + at) / half }
 				inFlight := func(k string, at int64, counted func(*holder) bool) int64 {
 					c := int64(0)
 					for _, x := range held {
@@ -124,7 +126,7 @@ func Slots(t *testing.T, h Harness) {
 						nAdmitted++
 						held = append(held, &holder{keys: ks, last: at, r: d.Receipt})
 						for _, k := range ks {
-							if c := inFlight(k, at, func(x *holder) bool { return x.last >= at-lease }); c > slots {
+							if c := inFlight(k, at, func(x *holder) bool { return x.last >= at-half }); c > slots {
 								t.Fatalf("trace %d step %d (%s): %d requests in flight on %q, %d slots", n, i, p, c, k, slots)
 							}
 						}
