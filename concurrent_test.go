@@ -249,3 +249,44 @@ func TestParseConcurrent(t *testing.T) {
 		t.Error("a concurrent limit with a burst accepted")
 	}
 }
+
+// TestConcurrentDenialNotHeld: a denial in flight is answered at once,
+// not held for a wait below the maximum delay as a rate limit's is (its
+// RetryAfter, when an unrenewed slot could lapse, promises nothing): one
+// store call, even 100ms before a lapse could come.
+func TestConcurrentDenialNotHeld(t *testing.T) {
+	st, clk := memoryStore()
+	clk.Advance(15*time.Second - 100*time.Millisecond) // epochs of 15s (half the default lease) from an hour's start
+	takes := make(chan struct{}, 8)
+	lim := newLimiter(t, st, ratelimit.MustParsePolicy("1 concurrent", ratelimit.Named("one")),
+		ratelimit.WithObserver(takeObserver(takes)))
+	if d, _ := lim.Allow(context.Background(), "ip:192.0.2.1"); !d.Allowed {
+		t.Fatal("the first slot was denied")
+	}
+	<-takes
+	clk.Advance(15 * time.Second) // the slot's epoch is the one before: it could lapse in 100ms
+	rec := httptest.NewRecorder()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	}()
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the denial in flight was held")
+	}
+	if rec.Code != http.StatusTooManyRequests || len(takes) != 1 {
+		t.Fatalf("%d after %d store calls; want 429 after one", rec.Code, len(takes))
+	}
+}
+
+type takeObserver chan struct{}
+
+func (o takeObserver) ObserveDecision(ratelimit.DecisionEvent) {}
+func (o takeObserver) ObserveCircuit(ratelimit.CircuitEvent)   {}
+func (o takeObserver) ObserveStore(e ratelimit.StoreEvent) {
+	if e.Op == "take" {
+		o <- struct{}{}
+	}
+}

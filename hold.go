@@ -72,9 +72,10 @@ func (l *Limiter) admit(r *http.Request, a ask) (d Decision, fallback, failed bo
 		return l.acquire(r.Context(), r, a, l.maxDelay)
 	}
 	// The default: ask as usual (the common call stays the common call);
-	// hold only a denial whose wait is below the maximum delay.
+	// hold only a denial whose wait is below the maximum delay. A denial
+	// in flight has no wait to hold for: a slot frees when a request ends.
 	d, fallback, failed, err = l.decide(r.Context(), r, a)
-	if failed || d.Allowed || a.cost == 0 || d.RetryAfter <= 0 || d.RetryAfter > l.maxDelay {
+	if failed || d.Allowed || a.cost == 0 || d.InFlight || d.RetryAfter <= 0 || d.RetryAfter > l.maxDelay {
 		return d, fallback, failed, err, nil
 	}
 	if !l.holding.enter(l.maxHeld) {

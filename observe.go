@@ -81,8 +81,8 @@ type DecisionEvent struct {
 type StoreEvent struct {
 	// Policy is the policy of the call.
 	Policy *Policy
-	// Op is the operation: "take", "reserve", "take_up_to", "refund" or
-	// "reset".
+	// Op is the operation: "take", "reserve", "take_up_to", "refund",
+	// "reset", "settle", "release" or "renew".
 	Op string
 	// Fallback reports a call to the fallback store, not the main one.
 	Fallback bool
