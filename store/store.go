@@ -33,6 +33,7 @@ type (
 // Defaults of the stores' options.
 const (
 	DefaultPrefix, DefaultBatching           = redis.DefaultPrefix, redis.DefaultBatching
+	DefaultNodeBatching                      = redis.DefaultNodeBatching
 	DefaultNodeFailures, DefaultNodeCooldown = redis.DefaultNodeFailures, redis.DefaultNodeCooldown
 	DefaultDenyCacheMaxHold                  = denycache.DefaultMaxHold
 )

@@ -10,9 +10,13 @@ import (
 )
 
 // DefaultBatching is the number of calls a store keeps on the wire at once
-// before later calls start sharing pipelines (see WithBatching). It is on by
-// default for a single Redis or Sentinel.
+// before later calls start sharing pipelines (see WithBatching).
 const DefaultBatching = 4
+
+// DefaultNodeBatching is DefaultBatching for each node of a Cluster or a
+// Ring: with several nodes on the wire at once, fewer calls each share
+// pipelines sooner (bench: docs/benchmarks.md, "A Cluster").
+const DefaultNodeBatching = 2
 
 // WithBatching sets how concurrent Takes share round trips. A call that
 // finds fewer than inFlight calls on the wire is sent at once, on its own
@@ -27,12 +31,16 @@ const DefaultBatching = 4
 //
 // Batching is on by default, with inFlight DefaultBatching (4); 0 or less
 // turns it off (one command per Take, each on its own pooled connection).
-// It applies to a single Redis or Sentinel; with a *goredis.ClusterClient or
-// a *goredis.Ring it is off, since a pipeline over several nodes returns only
-// when its slowest node answers and a batch would make requests on live
-// nodes wait for a dead one.
+// With a *goredis.ClusterClient or a *goredis.Ring, each node (a Cluster's
+// master, a Ring's shard) batches on its own, with inFlight
+// DefaultNodeBatching (2) unless WithBatching says otherwise, on its own connections, so
+// that requests on live nodes never wait for a slow or dead one; on a
+// Cluster each call stays its own command (a run's keys would span slots),
+// and a call that finds its slot moved goes again through the Cluster
+// client (nodebatch.go).
 func WithBatching(inFlight int) Option {
 	return func(r *Store) {
+		r.batchSet = true
 		if inFlight > 0 {
 			r.batch = &batcher{max: inFlight}
 		} else {
@@ -52,6 +60,7 @@ type batcher struct {
 	queue  []*pending
 	busy   int                     // calls and pipelines on the wire, or about to be
 	skip   map[*goredis.Script]int // batches a policy's calls go unmerged (multi.go)
+	single bool                    // every call its own command: a Cluster master's batcher (nodebatch.go)
 }
 
 // pending is one queued script call and, once done is closed, its answer.
@@ -172,7 +181,7 @@ func (b *batcher) send(batch []*pending) {
 	if b.skip == nil {
 		b.skip = map[*goredis.Script]int{}
 	}
-	wires := merge(live, b.skip)
+	wires := merge(live, b.skip, !b.single)
 	b.mu.Unlock()
 	cmds := pipeline(ctx, b.client, len(wires), func(i int) (*goredis.Script, []string, []any) {
 		return wires[i].script, wires[i].keys, wires[i].args

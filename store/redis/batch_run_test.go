@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,7 +156,7 @@ func TestBatchRunDecidesAsAlone(t *testing.T) {
 				h.rounds = nil
 				h.mu.Unlock()
 				a.batch.mu.Lock()
-				wires := merge(batch, maps.Clone(a.batch.skip)) // as send will lay them out
+				wires := merge(batch, maps.Clone(a.batch.skip), true) // as send will lay them out
 				a.batch.mu.Unlock()
 				a.batch.send(batch)
 				for _, bc := range calls {
@@ -364,36 +363,9 @@ func TestRealBatchRunsExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := ratelimit.MustParsePolicy("100/h", ratelimit.Named("runs"))
-	const ids, per, callers = 8, 200, 64
-	var admitted [ids]atomic.Int64
-	var wg sync.WaitGroup
-	work := make(chan int, ids*per)
-	for i := range ids * per {
-		work <- i % ids
-	}
-	close(work)
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := range work {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:" + strconv.Itoa(id)}, Cost: 1})
-				cancel()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					admitted[id].Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for id := range admitted {
-		if n := admitted[id].Load(); n != 100 {
-			t.Errorf("identity %d: admitted %d of %d under 100/h", id, n, per)
+	for id, n := range takeEach(t, s, p, 8, 200, 64) {
+		if n != 100 {
+			t.Errorf("identity %d: admitted %d of 200 under 100/h", id, n)
 		}
 	}
 	h.mu.Lock()

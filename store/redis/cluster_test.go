@@ -86,18 +86,24 @@ func waitRefunded(t *testing.T, s *Store, p *ratelimit.Policy, key string, rem, 
 	}
 }
 
-// TestBatchingIgnoredOnCluster: WithBatching has no effect on a Cluster
-// client (a pipeline spanning nodes answers when its slowest node does),
-// whatever the option order; a plain client keeps it.
-func TestBatchingIgnoredOnCluster(t *testing.T) {
+// TestBatchingPerNodeOnCluster: on a Cluster or Ring client WithBatching
+// batches per node (no pipeline of the whole client: one spanning nodes
+// answers when its slowest node does), whatever the option order; 0 turns
+// it off; a plain client keeps its one batcher.
+func TestBatchingPerNodeOnCluster(t *testing.T) {
 	cluster := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	t.Cleanup(func() { cluster.Close() })
-	cs, err := New(cluster, WithBatching(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cs.batch != nil {
-		t.Fatal("a Cluster store batches; it must send each key's script on its own")
+	for i, c := range []struct {
+		opts []Option
+		want int
+	}{{nil, DefaultNodeBatching}, {[]Option{WithBatching(8)}, 8}, {[]Option{WithBatching(0)}, 0}, {[]Option{WithBatching(0), WithBatching(2)}, 2}} {
+		cs, err := New(cluster, c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cs.batch != nil || cs.nodeBatching != c.want {
+			t.Fatalf("step %d: a Cluster store batches the whole client (%v) or per node %d, want per node %d", i, cs.batch != nil, cs.nodeBatching, c.want)
+		}
 	}
 	plain := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { plain.Close() })
@@ -105,7 +111,7 @@ func TestBatchingIgnoredOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps.batch == nil || ps.batch.client != plain {
+	if ps.batch == nil || ps.batch.client != plain || ps.nodeBatching != 0 {
 		t.Fatal("a single-server store dropped WithBatching")
 	}
 }

@@ -3,7 +3,9 @@ package redis
 import (
 	"context"
 	"os/exec"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,4 +60,42 @@ func mustTake(t testing.TB, s ratelimit.Store, p *ratelimit.Policy, cost int64, 
 		t.Fatalf("Take(%q, cost %d): %v", keys, cost, err)
 	}
 	return d
+}
+
+// takeEach sends per calls of cost 1 for each of ids identities
+// ("ip:<n>", in turns) from callers goroutines, and returns how many each
+// identity got admitted.
+func takeEach(t *testing.T, s *Store, p *ratelimit.Policy, ids, per, callers int) []int64 {
+	t.Helper()
+	admitted := make([]atomic.Int64, ids)
+	work := make(chan int, ids*per)
+	for i := range ids * per {
+		work <- i % ids
+	}
+	close(work)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"ip:" + strconv.Itoa(id)}, Cost: 1})
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[id].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	out := make([]int64, ids)
+	for i := range admitted {
+		out[i] = admitted[i].Load()
+	}
+	return out
 }

@@ -51,7 +51,9 @@ func mergeable(args []any) bool {
 // of each script together (up to maxMulti a run), in the order of their
 // first, and every other call alone. A script with batches left in skip
 // (see runBackoff) has its calls sent alone, and one batch fewer left.
-func merge(live []*pending, skip map[*goredis.Script]int) []*wire {
+// Without runs (a Cluster master's batch: a run's keys would span slots),
+// every call goes alone.
+func merge(live []*pending, skip map[*goredis.Script]int, runs bool) []*wire {
 	wires := make([]*wire, 0, len(live))
 	open := map[*goredis.Script]*wire{}
 	skipped := map[*goredis.Script]bool{}
@@ -59,7 +61,7 @@ func merge(live []*pending, skip map[*goredis.Script]int) []*wire {
 		if skip[p.script] > 0 {
 			skipped[p.script] = true
 		}
-		if !mergeable(p.args) || skipped[p.script] {
+		if !runs || !mergeable(p.args) || skipped[p.script] {
 			wires = append(wires, &wire{script: p.script, keys: p.keys, args: p.args, calls: []*pending{p}})
 			continue
 		}

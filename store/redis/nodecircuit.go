@@ -73,15 +73,16 @@ func (c *nodeCircuit) done(outcome int, probe bool, now time.Time) {
 // nodeFor returns the circuit of key's master, or nil when node circuits
 // are off, the client is not a Cluster, or the master is not known yet.
 func (r *Store) nodeFor(ctx context.Context, key string) *nodeCircuit {
-	cc, ok := r.client.(*goredis.ClusterClient)
-	if !ok || r.nodeFailures <= 0 {
+	return r.circuitOf(r.nodeOf(ctx, key))
+}
+
+// circuitOf returns the circuit of a Cluster's master, or nil when node
+// circuits are off or node is nil (not a Cluster's, or not known).
+func (r *Store) circuitOf(node *goredis.Client) *nodeCircuit {
+	if _, ok := r.client.(*goredis.ClusterClient); !ok || node == nil || r.nodeFailures <= 0 {
 		return nil
 	}
-	m, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		return nil
-	}
-	addr := m.Options().Addr
+	addr := node.Options().Addr
 	if c, ok := r.nodes.Load(addr); ok {
 		return c.(*nodeCircuit)
 	}
@@ -89,11 +90,13 @@ func (r *Store) nodeFor(ctx context.Context, key string) *nodeCircuit {
 	return c.(*nodeCircuit)
 }
 
-// runOnNode runs one key's script on a Cluster, through its master's
-// circuit: at once ErrNodeUnavailable while the circuit is open. keys live
-// in one slot: the key, and its request-ID record.
+// runOnNode runs one key's script on a Cluster (or a Ring), through its
+// master's circuit: at once ErrNodeUnavailable while the circuit is open;
+// batched with the node's other calls (runBatched). keys live in one
+// slot: the key, and its request-ID record.
 func (r *Store) runOnNode(ctx context.Context, script *goredis.Script, keys []string, args []any) ([]int64, error) {
-	c := r.nodeFor(ctx, keys[0])
+	node := r.nodeOf(ctx, keys[0])
+	c := r.circuitOf(node)
 	var probe bool
 	if c != nil {
 		var ok bool
@@ -101,11 +104,11 @@ func (r *Store) runOnNode(ctx context.Context, script *goredis.Script, keys []st
 			return nil, ErrNodeUnavailable
 		}
 	}
-	cmd := runScript(ctx, r.client, script, keys, args)
+	reply, err := r.runBatched(ctx, node, script, keys, args)
 	if c != nil {
-		c.done(nodeOutcome(ctx, cmd.Err(), time.Now()), probe, r.nodeNow())
+		c.done(nodeOutcome(ctx, err, time.Now()), probe, r.nodeNow())
 	}
-	return cmd.Int64Slice()
+	return reply, err
 }
 
 // nodeOutcome classifies err, from a call bounded by ctx that returned at

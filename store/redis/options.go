@@ -82,10 +82,14 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	case *goredis.Client:
 		r.ctxHonored = c.Options().ContextTimeoutEnabled
 	}
-	if r.cluster {
+	if r.cluster && r.batch != nil {
 		// A Cluster pipeline returns when its slowest node answers, so a
-		// batch would make live nodes' requests wait for a dead one.
-		r.batch = nil
+		// batch of several nodes' calls would make live nodes' requests
+		// wait for a dead one: each node batches on its own.
+		r.nodeBatching, r.batch = r.batch.max, nil
+		if !r.batchSet {
+			r.nodeBatching = DefaultNodeBatching
+		}
 	}
 	if r.batch != nil {
 		r.batch.client = client
