@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,8 +60,8 @@ func (h pipeCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 // 3-master Cluster batching per master (the default) with one sending each
 // call alone (WithBatching(0)): 64 callers, the policy "10/s, 120/m,
 // 240/h", over 1,000 identities (most calls denied: 60 a identity) and over
-// 100,000 (every call admitted). It reports decisions a second for each,
-// and, with -v, the ratios.
+// 100,000 (every call admitted). It reports decisions a second and the
+// masters' CPU per decision for each, and, with -v, the ratios.
 //
 //	go test -run '^$' -bench ClusterBatching -benchtime 60000x -v ./store/redis
 func BenchmarkClusterBatching(b *testing.B) {
@@ -79,6 +80,7 @@ func BenchmarkClusterBatching(b *testing.B) {
 					b.Fatal(err)
 				}
 				var next atomic.Int64
+				cpu := mastersCPU(b, client)
 				b.ResetTimer()
 				var wg sync.WaitGroup
 				for range 64 {
@@ -102,10 +104,43 @@ func BenchmarkClusterBatching(b *testing.B) {
 				rate := float64(b.N) / b.Elapsed().Seconds()
 				rates[mode.name] = rate
 				b.ReportMetric(rate, "decisions/s")
+				// The masters' own CPU (INFO cpu) per decision: what a
+				// capacity plan scales (docs/benchmarks.md, "Capacity").
+				b.ReportMetric((mastersCPU(b, client)-cpu)/float64(b.N)*1e6, "redis-µs/decision")
 			})
 		}
 		if rates["unbatched"] > 0 {
 			b.Logf("%d identities: batched ÷ unbatched %.2f× (%.0f vs %.0f decisions/s)", ids, rates["batched"]/rates["unbatched"], rates["batched"], rates["unbatched"])
 		}
 	}
+}
+
+// mastersCPU is the CPU the Cluster's masters have used, in seconds, by
+// their own count (INFO cpu: used_cpu_sys plus used_cpu_user).
+func mastersCPU(b *testing.B, c *goredis.ClusterClient) float64 {
+	var mu sync.Mutex
+	total := 0.0
+	err := c.ForEachMaster(context.Background(), func(ctx context.Context, n *goredis.Client) error {
+		info, err := n.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(info, "\n") {
+			name, v, _ := strings.Cut(strings.TrimSpace(l), ":")
+			if name == "used_cpu_sys" || name == "used_cpu_user" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				total += f
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return total
 }
