@@ -5,87 +5,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
-
-// Algorithm selects how a Policy counts. The zero value is SlidingWindow.
-//
-// Every algorithm states its guarantee over "windows": a window of length
-// Period is a half-open interval of time [s, s+Period), so two requests
-// exactly one Period apart never share one.
-type Algorithm uint8
-
-const (
-	// SlidingWindow is the default. Guarantee: in ANY window of length
-	// Period the admitted cost is at most Rate; it never over-admits.
-	//
-	// How it counts depends on the limit's size, invisibly to callers. A
-	// limit with Rate ≤ ExactRateMax and Precision 0 is counted exactly, by
-	// a log of the times of its last Rate units of cost (as SlidingLog
-	// does): a request is admitted as soon as the window allows it, and
-	// Retry-After is the exact wait, rounded up to whole seconds. A larger
-	// limit (or one with a Precision set) is counted in Precision sub-buckets
-	// (DefaultPrecision), each remembering its cost and the time of its
-	// latest admission: a sub-bucket's cost stops counting one Period after
-	// that latest admission. Requests that arrive together (a burst) are
-	// therefore counted exactly too; requests spread inside one sub-bucket
-	// may wait up to one sub-bucket (Period/Precision) longer than an exact
-	// log would make them wait, never less.
-	SlidingWindow Algorithm = iota
-
-	// FixedWindow counts cost per aligned window [n·Period, (n+1)·Period).
-	// Guarantee: at most Rate per aligned window. Known edge: a client can
-	// spend Rate at the end of one window and Rate again at the start of the
-	// next, so an unaligned window of length Period may see up to 2·Rate.
-	// It is the cheapest algorithm (one counter per limit).
-	FixedWindow
-
-	// TokenBucket is the generic cell rate algorithm (GCRA): tokens refill
-	// one every Period/Rate (the emission interval, rounded up to the
-	// microsecond), up to Burst tokens. Guarantee: in any interval of length
-	// d the admitted cost is at most Burst + d/(emission interval); over a
-	// long run the rate is exactly Rate per Period (never more). With the
-	// default Burst = Rate, a full bucket may spend Rate at once and then
-	// refills smoothly, so a window of length Period may see up to 2·Rate.
-	TokenBucket
-
-	// SlidingLog is the classic sliding log: every limit keeps the times of
-	// its last Rate units of cost. Guarantee: in ANY window of length Period
-	// the admitted cost is at most Rate, and a request is admitted as soon
-	// as that allows (exact; RetryAfter is exact to the microsecond). Memory
-	// grows with Rate (16 digits per unit; in Redis about 22 bytes per unit
-	// above 32, see README), so Rate is at most MaxLogRate.
-	SlidingLog
-
-	// SlidingWindowApprox is the weighted two-window estimate that
-	// Cloudflare and go-chi/httprate use: the cost of the previous aligned
-	// window, weighted by the part of it the sliding window still covers,
-	// plus the cost of the current window. Two counters per limit: the
-	// cheapest smooth window. Guarantee: at most Rate per aligned window,
-	// and in any window of length Period less than 2·Rate (it assumes the
-	// previous window's cost was spread evenly; a client that spent it all
-	// at the end can over-admit by up to the previous window's cost times
-	// the fraction of the current window elapsed). Choose it knowingly.
-	SlidingWindowApprox
-)
-
-// String returns the algorithm's name as used by ParsePolicy options and logs.
-func (a Algorithm) String() string { return enumName(algorithmNames, uint8(a), "algorithm") }
-
-var algorithmNames = []string{"sliding-window", "fixed-window", "token-bucket", "sliding-log", "sliding-window-approx"}
-
-// enumName returns names[v], or kind(v) for a value without a name.
-func enumName(names []string, v uint8, kind string) string {
-	if int(v) < len(names) {
-		return names[v]
-	}
-	return kind + "(" + strconv.Itoa(int(v)) + ")"
-}
 
 // Bounds enforced by NewPolicy and ParsePolicy keep every number the
 // stores compute (in microseconds) exactly representable in the 53-bit
@@ -172,26 +97,6 @@ type Limit struct {
 	// Burst must be 0.
 	Concurrent bool
 }
-
-// DefaultLease is the lease of a Concurrent limit's slot when none is
-// set: a Handler renews its slots every quarter lease while the request
-// runs, and a process that dies holding slots holds them at most a
-// lease.
-const DefaultLease = 30 * time.Second
-
-// Concurrent returns a limit of n requests in flight at once ("5
-// concurrent" in ParsePolicy), for expensive endpoints: a request holds a
-// slot from its admission until it ends (the Handler releases it when the
-// handler returns, on panic and when the client left too; outside HTTP,
-// Limiter.Release). It is checked with the policy's other limits, for
-// every key, in the same store call, all or nothing, and counts requests,
-// not cost. A slot carries a lease (Period, DefaultLease when 0) that the
-// Handler renews every quarter lease while the request runs: a process
-// that dies holding a slot holds it half a lease to a lease, then the
-// slot frees itself, as does a slot taken by a store call that answered after the
-// Limiter's timeout. A denial by it (Decision.InFlight) has no wait to
-// promise: a slot frees when a request ends.
-func Concurrent(n int64) Limit { return Limit{Rate: n, Concurrent: true} }
 
 // PerSecond returns a Limit of rate per second.
 func PerSecond(rate int64) Limit { return Limit{Rate: rate, Period: time.Second} }
@@ -424,38 +329,6 @@ func limitName(l *Limit, names map[string]int, i int, policy, where string) erro
 		return fmt.Errorf("%s: duplicate name %q, limit %d has it too", where, l.Name, j+1)
 	}
 	names[l.Name] = i
-	return nil
-}
-
-// slotLimit validates limit i of p, a Concurrent one, and lays it out:
-// its Rate is the slots, its Period the lease (DefaultLease when 0), two
-// epochs of its counters (a slot counts until the end of the epoch after
-// its own: at most a lease). The lease is in the ID's fingerprint (fp, with
-// the kind); the slots only in the definition's (df), so that a changed
-// number of slots keeps the slots held.
-func slotLimit(p *Policy, l *Limit, i int, fp, df io.Writer, out *layout.Limit) error {
-	where := fmt.Sprintf("policy %q: limit %d (%d concurrent)", p.name, i+1, l.Rate)
-	if l.Rate < 1 || l.Rate > MaxRate {
-		return fmt.Errorf("%s: the requests in flight must be between 1 and %d", where, MaxRate)
-	}
-	if l.Period == 0 {
-		l.Period = DefaultLease
-	}
-	if l.Period < time.Second || l.Period > MaxPeriod || l.Period%time.Second != 0 {
-		return fmt.Errorf("%s: lease %s: want a whole number of seconds from 1s to %s", where, l.Period, MaxPeriod)
-	}
-	if l.Precision != 0 || l.Burst != 0 {
-		return fmt.Errorf("%s: precision and burst do not apply to a concurrent limit", where)
-	}
-	for j := range p.limits[:i] {
-		if p.limits[j].Concurrent {
-			return fmt.Errorf("%s: limit %d is concurrent too; a policy has at most one", where, j+1)
-		}
-	}
-	lease := l.Period.Microseconds()
-	*out = layout.Limit{Kind: layout.Concurrent, Capacity: l.Rate, Width: lease / 2, N: 1, Period: lease}
-	fmt.Fprintf(df, "|c%d/%d", l.Rate, lease)
-	fmt.Fprintf(fp, "|c%d", lease)
 	return nil
 }
 

@@ -5,7 +5,8 @@
 // The script's source lives beside the Go code: script.lua (its opening),
 // lean.lua (the lean path of the common call), reset.lua, resend.lua (resend
 // IDs), policy.lua (the policy, places in line), log.lua (a log's ring),
-// counters.lua, refund.lua and take.lua, joined by script.go, which also gives it the
+// kinds.lua (token buckets, weighted windows, slots), counters.lua, refund.lua,
+// slots.lua (releasing and renewing slots) and take.lua, joined by script.go, which also gives it the
 // names of internal/layout and, for the first policies a store sees, their
 // numbers as data. The Go side: store.go (the Store and its calls, within
 // their deadline), options.go, take.go (one call and its reply),

@@ -27,8 +27,8 @@ const (
 // The script's source, in files by job, joined in this order: the opening
 // (script.lua, which says what the script does), the lean path of the
 // common call, the reset, the resend IDs, the policy and places in line, a
-// log's ring, the counters, the refund, the slots' release and renewal,
-// and the take.
+// log's ring, the arithmetic of the kinds of counter, the counters, the
+// refund, the slots' release and renewal, and the take.
 var (
 	//go:embed script.lua
 	opening string
@@ -42,6 +42,8 @@ var (
 	policyLua string
 	//go:embed log.lua
 	logLua string
+	//go:embed kinds.lua
+	kindsLua string
 	//go:embed counters.lua
 	counters string
 	//go:embed refund.lua
@@ -51,7 +53,7 @@ var (
 	//go:embed take.lua
 	take string
 
-	source = opening + lean + reset + resendIDs + policyLua + logLua + counters + refund + slotsLua + take
+	source = opening + lean + reset + resendIDs + policyLua + logLua + kindsLua + counters + refund + slotsLua + take
 )
 
 // prelude gives the script, by name, the numbers internal/layout names:
