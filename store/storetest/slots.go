@@ -11,9 +11,12 @@ import (
 
 // Slots replays random traces of requests under policies with a
 // Concurrent limit through h's store, by brute force over every holder:
-// takes, partial grants and peeks on one to three keys, releases and
-// renewals of earlier charges, the clock moving by parts of a lease and
-// by whole ones. A request is in flight from its admission until its
+// takes, partial grants and peeks of costs up to 2 on one to three keys,
+// releases and renewals of earlier charges, refunds and settles of them
+// (which leave their slots held), the clock moving by parts of a lease
+// and by whole ones; every other trace changes the definition back and
+// forth (other rates and slots, the same counters), each step held to its
+// own policy's slots. A request is in flight from its admission until its
 // release, and counted as long as it was admitted or renewed within the
 // last half lease (a live holder is: the Handler renews every quarter
 // lease).
@@ -32,7 +35,7 @@ func Slots(t *testing.T, h Harness) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg)+31, 5))
-			var nAdmitted, nInFlight, nReleased, nRenewed int
+			var nAdmitted, nInFlight, nReleased, nRenewed, nOther int
 			for n := range h.traces(t) {
 				base := randomPolicy(rng, alg)
 				if base.BlockFor() > 0 {
@@ -42,14 +45,24 @@ func Slots(t *testing.T, h Harness) {
 					}
 				}
 				p := withSlots(rng, base)
-				var slots, lease, half int64
-				for _, l := range p.Limits() {
-					if l.Concurrent {
-						slots, lease = l.Rate, l.Period.Microseconds()
-						half = lease / 2 // an epoch
+				slotsOf := func(p *ratelimit.Policy) (slots, lease int64) {
+					for _, l := range p.Limits() {
+						if l.Concurrent {
+							slots, lease = l.Rate, l.Period.Microseconds()
+						}
 					}
+					return slots, lease
+				}
+				_, lease := slotsOf(p)
+				half := lease / 2 // an epoch
+				// Every other trace changes the definition back and forth, the
+				// number of slots too, on the same counters (rerated).
+				alt, on := p, false
+				if q := rerated(rng, p); n%2 == 1 && q.ID() == p.ID() {
+					alt = q
 				}
 				s, clk := h.start(t)
+				caps := capsOf(s)
 				type holder struct {
 					keys []string
 					last int64 // µs since t0: admitted or renewed
@@ -82,10 +95,33 @@ func Slots(t *testing.T, h Harness) {
 						at += lease
 					}
 					clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
-					r := rng.IntN(10)
-					if r < 4 && len(held) > 0 {
+					if rng.IntN(4) == 0 {
+						on = !on
+					}
+					p := p
+					if on {
+						p = alt
+					}
+					slots, _ := slotsOf(p)
+					r := rng.IntN(12)
+					if r < 5 && len(held) > 0 {
 						x := held[rng.IntN(len(held))]
 						if x.done {
+							continue
+						}
+						if r == 4 {
+							// A refund, or a settle below or above the cost,
+							// leaves the slots held.
+							var err error
+							if rng.IntN(2) == 0 && caps.refund {
+								err = s.(ratelimit.Refunder).Refund(ctx, x.r)
+							} else if caps.settle {
+								err = s.(ratelimit.Settler).Settle(ctx, x.r, settleCost(rng))
+							}
+							if err != nil {
+								t.Fatal(err)
+							}
+							nOther++
 							continue
 						}
 						if r < 2 {
@@ -144,8 +180,8 @@ func Slots(t *testing.T, h Harness) {
 					}
 				}
 			}
-			t.Logf("%s: %d admitted, %d denied in flight, %d released, %d renewed", alg, nAdmitted, nInFlight, nReleased, nRenewed)
-			if nAdmitted == 0 || nInFlight == 0 || nReleased == 0 || nRenewed == 0 {
+			t.Logf("%s: %d admitted, %d denied in flight, %d released, %d renewed, %d refunded or settled", alg, nAdmitted, nInFlight, nReleased, nRenewed, nOther)
+			if nAdmitted == 0 || nInFlight == 0 || nReleased == 0 || nRenewed == 0 || nOther == 0 {
 				t.Errorf("%s: the traces missed a kind of step", alg)
 			}
 		})
