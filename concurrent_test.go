@@ -290,3 +290,50 @@ func (o takeObserver) ObserveStore(e ratelimit.StoreEvent) {
 		o <- struct{}{}
 	}
 }
+
+// TestConcurrentReplayTakesASlot: a replay of an idempotency key is no
+// side door under a Concurrent limit: it is decided anew and needs a slot
+// of its own, while the first request still holds the only one.
+func TestConcurrentReplayTakesASlot(t *testing.T) {
+	for name, mk := range settleBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			st, _ := mk(t)
+			lim := newLimiter(t, st, ratelimit.MustParsePolicy("100/h, 1 concurrent", ratelimit.Named("replay")),
+				ratelimit.WithIdempotencyKey("Idempotency-Key"), ratelimit.WithTimeout(10*time.Second))
+			started, finish := make(chan struct{}), make(chan struct{})
+			h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+				started <- struct{}{}
+				<-finish
+			}))
+			get := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest("POST", "/", nil)
+				r.Header.Set("Idempotency-Key", "order-7")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, r)
+				return rec
+			}
+			done := make(chan int)
+			go func() { done <- get().Code }()
+			<-started
+			replay := make(chan int, 1)
+			go func() { replay <- get().Code }()
+			select {
+			case code := <-replay:
+				if code != http.StatusTooManyRequests {
+					t.Fatalf("step 1: a replay while the first holds the slot: %d, want 429", code)
+				}
+			case <-started:
+				close(finish)
+				t.Fatal("step 1: a replay ran while the first request held the only slot")
+			}
+			close(finish)
+			if code := <-done; code != http.StatusOK {
+				t.Fatalf("step 2: the first request: %d", code)
+			}
+			go func() { <-started }()
+			if rec := get(); rec.Code != http.StatusOK {
+				t.Fatalf("step 3: a replay once the slot is free: %d, want 200", rec.Code)
+			}
+		})
+	}
+}

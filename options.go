@@ -400,9 +400,11 @@ func WithMaxDelay(d time.Duration) Option {
 // value is hashed before it reaches the store; values longer than 1024
 // bytes are ignored (the request counts as usual). The Limiter does not
 // store responses: every repeat runs the handler. Only admitted requests
-// are remembered, so the retry of a denied request is decided afresh. The
-// store must know request IDs (the memory and Redis stores do; others
-// charge every repeat).
+// are remembered, so the retry of a denied request is decided afresh.
+// Under a policy with a Concurrent limit every repeat is decided and
+// charged anew, since every run of the handler holds a slot. The store
+// must know request IDs (the memory and Redis stores do; others charge
+// every repeat).
 func WithIdempotencyKey(header string) Option {
 	return func(c *config) {
 		if err := validHeaderName(header); err != nil {

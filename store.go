@@ -56,8 +56,10 @@ type Request struct {
 	// after which a repeat is charged like any request, so reusing an ID is
 	// never a free pass. Only admitted requests are remembered: the retry
 	// of a denied request is decided afresh. Stores that do not know IDs
-	// ignore the field (repeats are then charged). The stores keep a hash
-	// of the ID, never the ID itself.
+	// ignore the field (repeats are then charged), and so do this
+	// module's under a policy with a Concurrent limit: every run of a
+	// request holds a slot. The stores keep a hash of the ID, never the
+	// ID itself.
 	ID string
 }
 

@@ -189,7 +189,10 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 	}
 	own := mks[:len(req.Keys)]
 	var idh string
-	if req.ID != "" {
+	// Under a policy with a Concurrent limit every run of a request holds
+	// a slot: a repeat of its ID is decided and charged anew, never
+	// answered from its record (it would run without a slot).
+	if req.ID != "" && !lay.Slots {
 		idh = layout.IDHash(req.ID)
 	}
 	// Keys whose ID record answers for them are not decided again.

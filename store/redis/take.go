@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
 	"github.com/ratelimitkit/ratelimit/internal/verdict"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
@@ -57,7 +58,9 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 		keys[i] = redisKey(r.prefix, pol.ID(), k)
 	}
 	var idKeys []string
-	if req.ID != "" {
+	// Under a policy with a Concurrent limit a repeat of a request ID is
+	// decided and charged anew: every run holds a slot (store/memory's do).
+	if req.ID != "" && !bridge.Layout(pol).Slots {
 		h := layout.IDHash(req.ID)
 		idKeys = make([]string, len(req.Keys))
 		for i, k := range req.Keys {
