@@ -172,6 +172,10 @@ func (l *Limiter) ResetPolicy(ctx context.Context, p *Policy, keys ...string) er
 	if !ok {
 		return fmt.Errorf("ratelimit: Reset: the store (%T) cannot reset keys: %w", l.store, errors.ErrUnsupported)
 	}
+	if p.lease != nil {
+		l.forgetLeases(p, keys)
+		p = p.lease.store
+	}
 	err = l.op(ctx, nil, p, "store", "reset", func(ctx context.Context) error { return rs.Reset(ctx, p, keys...) })
 	if fr, ok := l.fallback.(Resetter); ok {
 		if ferr := l.op(ctx, nil, p, "fallback store", "reset", func(ctx context.Context) error { return fr.Reset(ctx, p, keys...) }); ferr != nil {
@@ -249,6 +253,10 @@ func (l *Limiter) settle(ctx context.Context, r *http.Request, d Decision, actua
 	}
 	if !rc.claim() {
 		return ErrSettled
+	}
+	if rc.r.leases != nil {
+		l.leaseAdjust(rc, actual-rc.r.cost)
+		return nil
 	}
 	s := l.charger(rc)
 	st, ok := s.(Settler)

@@ -36,6 +36,8 @@ type Limiter struct {
 	outage outageLog
 	// holding counts the requests Handler holds (hold.go).
 	holding holder
+	// leases holds the grants of leased policies (lease_grants.go).
+	leases leaseTable
 }
 
 // New returns a Limiter that counts requests against policy in store.
@@ -138,6 +140,7 @@ const (
 	opTake    opKind = iota
 	opReserve        // Reserver, when the policy and store can
 	opUpTo           // Granter
+	opLease          // Granter, for a grant of a leased policy (WithLease)
 )
 
 func (o opKind) String() string {
@@ -146,6 +149,8 @@ func (o opKind) String() string {
 		return "reserve"
 	case opUpTo:
 		return "take_up_to"
+	case opLease:
+		return "lease"
 	}
 	return "take"
 }
@@ -167,6 +172,12 @@ type ask struct {
 // log. Every state change of the circuit survives a panic in the store or
 // in a hook: a probe that panics is forgotten, and the panic goes on.
 func (l *Limiter) decide(parent context.Context, r *http.Request, a ask) (d Decision, fallback, failed bool, err error) {
+	if a.policy.lease != nil {
+		if a.cost > 0 {
+			return l.leaseDecide(parent, r, a)
+		}
+		a.policy = a.policy.lease.store // a peek asks the store
+	}
 	if ok, probe := l.breaker.Allow(l.sinceEpoch); ok {
 		settled := false
 		defer func() {
@@ -287,7 +298,7 @@ func (l *Limiter) call(parent context.Context, r *http.Request, s Store, which s
 		} else {
 			d, err = s.Take(ctx, req)
 		}
-	case opUpTo:
+	case opUpTo, opLease:
 		if g, ok := s.(Granter); ok {
 			d, err = g.TakeUpTo(ctx, req)
 		} else {
@@ -366,6 +377,10 @@ func (l *Limiter) report(ctx context.Context, r *http.Request, which string, p *
 func (l *Limiter) refund(ctx context.Context, r *http.Request, d Decision) error {
 	rc := d.Receipt
 	if !rc.claim() {
+		return nil
+	}
+	if rc.r.leases != nil {
+		l.leaseAdjust(rc, -rc.r.cost)
 		return nil
 	}
 	s := l.charger(rc)

@@ -125,6 +125,11 @@ func (c *config) init(store Store, policy *Policy, opts []Option) error {
 			return fmt.Errorf("ratelimit: WithRefundIf: the store (%T) cannot refund: %w", store, errors.ErrUnsupported)
 		}
 	}
+	if policy.lease != nil {
+		if _, ok := store.(Granter); !ok {
+			return fmt.Errorf("ratelimit: New: policy %q is leased (WithLease) and the store (%T) cannot grant part of a request: %w", policy.Name(), store, errors.ErrUnsupported)
+		}
+	}
 	if c.costAfter != nil {
 		if _, ok := store.(Settler); !ok {
 			return fmt.Errorf("ratelimit: WithCostAfter: the store (%T) cannot settle: %w", store, errors.ErrUnsupported)

@@ -32,6 +32,7 @@ type policyConfig struct {
 	precision int
 	burst     int64
 	block     time.Duration
+	lease     leaseTerms
 	set       policyFields // the options given
 }
 
@@ -44,6 +45,7 @@ const (
 	setAlgorithm
 	setPrecision
 	setBurst
+	setLease
 )
 
 // apply applies opts in order; a nil option is an error.
@@ -133,6 +135,9 @@ func ParsePolicy(s string, opts ...PolicyOption) (*Policy, error) {
 		limits = append(limits, l)
 	}
 	p, err := newPolicy(c.name, c.algorithm, limits, c.block)
+	if err == nil && c.set&setLease != 0 {
+		err = p.leased(c.lease)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: parse policy %q: %w", s, err)
 	}

@@ -133,6 +133,9 @@ type Policy struct {
 	layout  *layout.Policy
 	header  string // the RateLimit-Policy value, built once
 	minRate int64  // smallest capacity of any limit (Rate, or Burst for TokenBucket)
+	// lease is how a Limiter leases the policy's quota (WithLease); nil
+	// when it asks the store for every request.
+	lease *leasing
 }
 
 // DefaultPolicyName is the name of a policy built without a name.
@@ -151,6 +154,14 @@ func NewPolicy(name string, alg Algorithm, limits ...Limit) (*Policy, error) {
 }
 
 func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) (*Policy, error) {
+	return buildPolicy(name, alg, limits, block, 0)
+}
+
+// buildPolicy is newPolicy for a policy's own counters (leaseHold 0) or
+// for the counters of its leases (lease.go): leaseHold, the lease's hold
+// in µs, goes into both fingerprints, and such a policy never writes
+// headers, so its periods (Period + hold) need not be whole seconds.
+func buildPolicy(name string, alg Algorithm, limits []Limit, block time.Duration, leaseHold int64) (*Policy, error) {
 	if name == "" {
 		name = DefaultPolicyName
 	}
@@ -193,6 +204,10 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 	fp, df := sha256.New(), sha256.New()
 	fmt.Fprintf(fp, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
 	fmt.Fprintf(df, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
+	if leaseHold > 0 {
+		fmt.Fprintf(fp, "|lease%d", leaseHold)
+		fmt.Fprintf(df, "|lease%d", leaseHold)
+	}
 	lay := make([]layout.Limit, len(limits))
 	for i := range p.limits {
 		l := &p.limits[i]
@@ -215,7 +230,7 @@ func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) 
 		if l.Period%time.Microsecond != 0 {
 			return nil, fmt.Errorf("%s: period must be a whole number of microseconds", where)
 		}
-		if l.Period > time.Second && l.Period%time.Second != 0 {
+		if l.Period > time.Second && l.Period%time.Second != 0 && leaseHold == 0 {
 			k := int64(time.Second) / gcd(int64(l.Period), int64(time.Second))
 			return nil, fmt.Errorf("%s: a period above one second must be a whole number of seconds, as Retry-After and the RateLimit headers count whole seconds (a client would wait up to a second too long each time); use %d/%s for the same rate", where, k*l.Rate, FormatPeriod(time.Duration(k)*l.Period))
 		}
@@ -411,7 +426,8 @@ func (p *Policy) Reserves() bool { return p.layout.Reserves }
 // With returns a copy of p with opts applied, as ParsePolicy applies them:
 // Named gives the copy another name (limits named by default take the new
 // name: "api-1m" becomes "login-1m"; limits named in their Limit keep
-// theirs), BlockFor another penalty. The copy's ID follows its
+// theirs), BlockFor another penalty, WithLease other lease terms (the
+// copy keeps p's otherwise; WithLease(0, 0) turns leasing off). The copy's ID follows its
 // definition: it differs from p's, so the two never share counters,
 // unless the options give back p's own name and penalty. The options that
 // change how the limits are counted (WithAlgorithm, WithPrecision,
@@ -434,6 +450,11 @@ func (p *Policy) With(opts ...PolicyOption) (*Policy, error) {
 		}
 	}
 	q, err := newPolicy(c.name, p.algorithm, p.given, c.block)
+	if err == nil && c.set&setLease != 0 {
+		err = q.leased(c.lease)
+	} else if err == nil && p.lease != nil {
+		err = q.leased(p.lease.terms)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: %w", err)
 	}

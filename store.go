@@ -149,6 +149,9 @@ type receipt struct {
 	// receipt its latest renewal answered, which holds them now.
 	released atomic.Bool
 	renewed  atomic.Pointer[receipt]
+	// Of a request admitted from grants of a leased policy (WithLease):
+	// its share of each key's grant, refunded and settled in the process.
+	leases []leaseUse
 }
 
 // IsZero reports whether r stands for no charge.

@@ -1,0 +1,349 @@
+package ratelimit
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The Limiter's grants of leased policies (WithLease): taken from the
+// store with one partial grant (Granter), spent locally until their hold
+// ends, then settled to what they spent.
+
+// leaseTries is how many times a request looks for room in its keys'
+// grants, refilling those short of it, before it asks the store for
+// itself alone: other callers may spend a refill first.
+const leaseTries = 3
+
+// leaseTable holds a Limiter's grants, one slot per leased policy and key.
+type leaseTable struct {
+	mu sync.Mutex
+	m  map[leaseKey]*leaseSlot
+}
+
+type leaseKey struct{ def, key string }
+
+// leaseSlot is one key's grants under one leased policy.
+type leaseSlot struct {
+	mu  sync.Mutex
+	cur *grant // nil: none running
+	// fetching is closed when the refill under way ends; nil when none.
+	fetching chan struct{}
+	// denial is the store's last denial of the key, repeated locally
+	// until deniedUntil (the Limiter's clock, ns).
+	denial      Decision
+	deniedUntil int64
+	size        int64 // the next grant to ask for (0: the request's cost)
+	debt        int64 // settled above its charge after its grant closed
+}
+
+// grant is one charge of the store, spent locally.
+type grant struct {
+	d       Decision // the store's answer; its Receipt is the charge
+	granted int64
+	used    int64 // spent, debts included, refunds taken out
+	start   int64 // when it was asked for (the Limiter's clock, ns)
+	until   int64 // start + hold: nothing is spent from it at or after
+	closed  bool
+}
+
+// leaseUse is a request's share of one grant, for its refund or settle.
+type leaseUse struct {
+	s *leaseSlot
+	g *grant
+}
+
+// slots returns the slots of keys under the leased policy def.
+func (t *leaseTable) slots(def string, keys []string) []*leaseSlot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[leaseKey]*leaseSlot)
+	}
+	out := make([]*leaseSlot, len(keys))
+	for i, k := range keys {
+		s := t.m[leaseKey{def, k}]
+		if s == nil {
+			s = &leaseSlot{}
+			t.m[leaseKey{def, k}] = s
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// drop forgets the slot of key if it still is s and holds nothing.
+func (t *leaseTable) drop(def, key string, s *leaseSlot) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m[leaseKey{def, key}] == s {
+		delete(t.m, leaseKey{def, key})
+	}
+}
+
+// leaseDecide decides a request of a leased policy from its keys' grants,
+// refilling those short of its cost.
+func (l *Limiter) leaseDecide(ctx context.Context, r *http.Request, a ask) (Decision, bool, bool, error) {
+	ls := a.policy.lease
+	slots := l.leases.slots(ls.store.def, a.keys)
+	order := make([]int, len(slots))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int { return compareStrings(a.keys[i], a.keys[j]) })
+	fallback := false
+tries:
+	for range leaseTries {
+		now := l.sinceEpoch()
+		for _, i := range order {
+			slots[i].mu.Lock()
+		}
+		d, short, denied := l.spend(a, slots, now)
+		for _, i := range order {
+			slots[i].mu.Unlock()
+		}
+		if denied || short == nil {
+			return d, fallback, false, nil
+		}
+		need := a.cost
+		if a.op == opUpTo {
+			need = 1
+		}
+		for _, i := range short {
+			d, fb, failed, err, ok := l.refill(ctx, r, ls, slots[i], a.keys[i], need)
+			fallback = fallback || fb
+			if failed || !ok {
+				return d, fallback, failed, err
+			}
+			if d.Granted > 0 && d.Granted < need {
+				break tries // the limit had less room than the cost: the store decides it
+			}
+		}
+	}
+	// Grants keep running out under other callers, or had less room than
+	// the cost: the store decides this request alone (a charge spent as it is made, which the lengthened
+	// windows count as they count a grant).
+	op := opTake
+	if a.op == opUpTo {
+		op = opUpTo
+	}
+	return l.decide(ctx, r, ask{policy: ls.store, keys: a.keys, cost: a.cost, op: op})
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// spend admits a from the running grants of slots (all locked) at now:
+// denied when a key's denial still holds; else, when every grant has
+// room, the admission; else the indices of the keys short of it.
+func (l *Limiter) spend(a ask, slots []*leaseSlot, now int64) (d Decision, short []int, denied bool) {
+	n := a.cost
+	for i, s := range slots {
+		if s.deniedUntil > now {
+			return localDenial(s, i, now), nil, true
+		}
+		g := s.cur
+		if g == nil || now >= g.until || g.granted-g.used < 1 || (a.op != opUpTo && g.granted-g.used < a.cost) {
+			short = append(short, i)
+			continue
+		}
+		n = min(n, g.granted-g.used)
+	}
+	if short != nil {
+		return Decision{}, short, false
+	}
+	uses := make([]leaseUse, len(slots))
+	for i, s := range slots {
+		s.cur.used += n
+		uses[i] = leaseUse{s, s.cur}
+	}
+	head := 0
+	for i, s := range slots {
+		if left(s.cur) < left(slots[head].cur) {
+			head = i
+		}
+	}
+	g := slots[head].cur
+	d = g.d
+	d.Limits = slices.Clone(g.d.Limits)
+	extra := g.granted - g.used
+	elapsed := time.Duration(now - g.start)
+	d.Key, d.Remaining = head, d.Remaining+extra
+	d.ResetAfter, d.RefillAfter = max(d.ResetAfter-elapsed, 0), max(d.RefillAfter-elapsed, 0)
+	for i := range d.Limits {
+		d.Limits[i].Key = head
+		d.Limits[i].Remaining += extra
+		d.Limits[i].ResetAfter = max(d.Limits[i].ResetAfter-elapsed, 0)
+		d.Limits[i].RefillAfter = max(d.Limits[i].RefillAfter-elapsed, 0)
+	}
+	d.Granted, d.Delay, d.Repeated = n, 0, false
+	d.Receipt = Receipt{&receipt{policy: a.policy, keys: a.keys, cost: n, leases: uses}}
+	return d, nil, false
+}
+
+// left is what a grant can still admit, counting what the store had left.
+func left(g *grant) int64 { return g.d.Remaining + g.granted - g.used }
+
+// localDenial repeats the store's denial of key i, its waits counted
+// down to now.
+func localDenial(s *leaseSlot, i int, now int64) Decision {
+	d := s.denial
+	d.Limits = slices.Clone(d.Limits)
+	elapsed := time.Duration(now - s.deniedUntil + int64(s.denial.RetryAfter))
+	d.Key = i
+	d.RetryAfter = time.Duration(s.deniedUntil - now)
+	d.ResetAfter, d.RefillAfter = max(d.ResetAfter-elapsed, 0), max(d.RefillAfter-elapsed, 0)
+	for j := range d.Limits {
+		lim := &d.Limits[j]
+		lim.Key = i
+		if lim.RetryAfter > 0 {
+			lim.RetryAfter = max(lim.RetryAfter-elapsed, time.Microsecond)
+		}
+		lim.ResetAfter, lim.RefillAfter = max(lim.ResetAfter-elapsed, 0), max(lim.RefillAfter-elapsed, 0)
+	}
+	return d
+}
+
+// refill gets key a running grant with room for need, or waits for the
+// refill another caller has under way. ok is false when the request is
+// decided: failed (the failure mode's Decision) or denied by the store.
+func (l *Limiter) refill(ctx context.Context, r *http.Request, ls *leasing, s *leaseSlot, key string, need int64) (d Decision, fallback, failed bool, err error, ok bool) {
+	s.mu.Lock()
+	if ch := s.fetching; ch != nil {
+		s.mu.Unlock()
+		<-ch // bounded by the store calls' timeouts
+		return Decision{}, false, false, nil, true
+	}
+	now := l.sinceEpoch()
+	if s.deniedUntil > now {
+		s.mu.Unlock()
+		return Decision{}, false, false, nil, true // spend repeats the denial
+	}
+	old := s.cur
+	if old != nil && now < old.until && old.granted-old.used >= need {
+		s.mu.Unlock()
+		return Decision{}, false, false, nil, true // refilled meanwhile
+	}
+	s.cur = nil
+	if old != nil {
+		l.closed(s, old, now)
+	}
+	size := min(max(s.size, need), ls.terms.chunk)
+	debt := s.debt
+	s.debt = 0
+	ch := make(chan struct{})
+	s.fetching = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.fetching = nil
+		s.mu.Unlock()
+		close(ch)
+	}()
+	if old != nil {
+		l.settleGrant(ctx, r, ls, old)
+	}
+	start := l.sinceEpoch()
+	d, fallback, failed, err = l.decide(ctx, r, ask{policy: ls.store, keys: []string{key}, cost: size, op: opLease})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if failed || d.Granted == 0 {
+		s.debt += debt
+		if !failed && d.RetryAfter > 0 && d.RetryAfter != Never {
+			s.denial, s.deniedUntil = d, start+int64(d.RetryAfter)
+		}
+		return d, fallback, failed, err, false
+	}
+	g := &grant{d: d, granted: d.Granted, used: debt, start: start, until: start + int64(ls.terms.hold)}
+	s.cur = g
+	time.AfterFunc(ls.terms.hold, func() { l.expire(ls, s, key, g) })
+	return d, fallback, false, nil, true
+}
+
+// closed marks g, s's grant until now (s locked), closed, and sizes the
+// next grant: twice what g spent, doubled again when g ran out before
+// its hold ended.
+func (l *Limiter) closed(s *leaseSlot, g *grant, now int64) {
+	g.closed = true
+	next := 2 * g.used
+	if now < g.until && g.used >= g.granted {
+		next = 2 * g.granted
+	}
+	s.size = max(next, 1)
+}
+
+// expire closes g when its hold has ended and it still runs, settling
+// what it did not spend, and forgets the slot when it holds nothing more.
+func (l *Limiter) expire(ls *leasing, s *leaseSlot, key string, g *grant) {
+	s.mu.Lock()
+	now := l.sinceEpoch()
+	if s.cur != g || now < g.until || s.fetching != nil {
+		s.mu.Unlock()
+		return // replaced, or a test clock not there yet: the next request closes it
+	}
+	s.cur = nil
+	l.closed(s, g, now)
+	idle := s.debt == 0 && s.deniedUntil <= now
+	s.mu.Unlock()
+	l.settleGrant(context.Background(), nil, ls, g)
+	if idle {
+		l.leases.drop(ls.store.def, key, s)
+	}
+}
+
+// settleGrant changes g's charge in the store to what g spent: what it
+// did not spend goes back, a debt beyond it is charged.
+func (l *Limiter) settleGrant(ctx context.Context, r *http.Request, ls *leasing, g *grant) {
+	rc := g.d.Receipt
+	if g.used == g.granted || rc.IsZero() || !rc.claim() {
+		return
+	}
+	s := l.charger(rc)
+	if st, ok := s.(Settler); ok {
+		_ = l.op(ctx, r, ls.store, l.which(s), "settle", func(ctx context.Context) error { return st.Settle(ctx, rc, max(g.used, 0)) })
+	} else if rf, ok := s.(Refunder); ok && g.used <= 0 {
+		_ = l.op(ctx, r, ls.store, l.which(s), "refund", func(ctx context.Context) error { return rf.Refund(ctx, rc) })
+	}
+}
+
+// leaseAdjust changes what a request admitted from grants (rc) spent by
+// delta units: back into the grants still running when negative (a grant
+// closed keeps them: the limit under-admits by them), and a debt when
+// positive, charged to the running grant or else with the key's next.
+func (l *Limiter) leaseAdjust(rc Receipt, delta int64) {
+	for _, u := range rc.r.leases {
+		u.s.mu.Lock()
+		switch {
+		case delta < 0 && !u.g.closed:
+			u.g.used -= min(-delta, u.g.used)
+		case delta > 0 && !u.g.closed:
+			u.g.used += delta
+		case delta > 0:
+			u.s.debt += delta
+		}
+		u.s.mu.Unlock()
+	}
+}
+
+// forgetLeases drops the process's grants of keys under the leased
+// policy p (a Reset): unsettled, as the store forgets their charges.
+func (l *Limiter) forgetLeases(p *Policy, keys []string) {
+	for _, s := range l.leases.slots(p.lease.store.def, keys) {
+		s.mu.Lock()
+		if s.cur != nil {
+			s.cur.closed = true
+			s.cur = nil
+		}
+		s.deniedUntil, s.debt, s.size = 0, 0, 0
+		s.mu.Unlock()
+	}
+}
