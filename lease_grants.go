@@ -237,7 +237,7 @@ func (l *Limiter) refill(ctx context.Context, r *http.Request, ls *leasing, s *l
 	if old != nil {
 		l.closed(s, old, now)
 	}
-	size := min(max(s.size, need), ls.terms.chunk)
+	size := max(min(s.size, ls.terms.chunk), need) // a cost above chunk is granted alone
 	debt := s.debt
 	s.debt = 0
 	ch := make(chan struct{})
