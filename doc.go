@@ -59,7 +59,9 @@
 // [SlidingWindowApprox] (two counters; under 2× Rate in any window). Each
 // Algorithm's documentation states its guarantee. [BlockFor] adds a
 // penalty after a denial; [Policy.With] copies a built policy under
-// another name or penalty.
+// another name or penalty. [Concurrent] limits requests in flight.
+// [WithLease] lets each process take a hot key's quota in grants and
+// admit from them locally, still exact in true time (docs/leases.md).
 //
 // # Stores
 //

@@ -74,8 +74,8 @@ func TestLeaseNeverExceeded(t *testing.T) {
 					return
 				}
 			}
-			t.Logf("%d traces: %d requests in %d store calls: %d admitted, %d denied; %d refunds, %d settles, %d crashes, %d clock steps",
-				traces, total.requests, total.calls, total.admitted, total.denied, total.refunds, total.settles, total.crashes, total.steps)
+			t.Logf("%s, %d traces: %d requests in %d store calls: %d admitted, %d denied; %d refunds, %d settles, %d crashes, %d clock steps",
+				name, traces, total.requests, total.calls, total.admitted, total.denied, total.refunds, total.settles, total.crashes, total.steps)
 			// The traces must reach what they check: requests decided
 			// from grants without a store call, denials, and each
 			// operation.

@@ -5,6 +5,7 @@
 //
 //	cd bench && go run ./hotkey
 //	cd bench && go run ./hotkey -duration 5s -chunk 2000 -hold 20ms -out hotkey.md
+//	cd bench && go run ./hotkey -check   # exit 1 if a second ever admits more than the limit
 //
 // By default it starts its own redis-server on a free 127.0.0.1 port, so
 // the server's command count is this run's alone; -redis host:port uses
@@ -41,11 +42,12 @@ type config struct {
 	redisAddr   string
 	redisBin    string
 	out         string
+	check       bool
 }
 
 func main() {
 	var cfg config
-	flag.DurationVar(&cfg.duration, "duration", 4*time.Second, "measured time per row, split over -rounds")
+	flag.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time per row, split over -rounds")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "rounds; the rows take turns within each, so outside load lands on both")
 	flag.IntVar(&cfg.concurrency, "concurrency", 64, "goroutines calling Allow on the hot key, each with one call in flight")
 	flag.Int64Var(&cfg.rate, "rate", 50000, "the hot key's limit, per second")
@@ -54,6 +56,7 @@ func main() {
 	flag.StringVar(&cfg.redisAddr, "redis", "", "Redis to use (host:port); empty starts a private redis-server")
 	flag.StringVar(&cfg.redisBin, "redis-server", "redis-server", "redis-server binary used when -redis is empty")
 	flag.StringVar(&cfg.out, "out", "", "also write the report (markdown) to this file")
+	flag.BoolVar(&cfg.check, "check", false, "exit 1 when the leased row admits more than -rate in some second (the speed targets are reported, never checked: timings are noisy)")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "hotkey:", err)
@@ -130,7 +133,14 @@ func run(cfg config) error {
 	report(&b, cfg, rows, per)
 	fmt.Print(b.String())
 	if cfg.out != "" {
-		return os.WriteFile(cfg.out, []byte(b.String()), 0o644)
+		if err := os.WriteFile(cfg.out, []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	if cfg.check {
+		if m := maxInSecond(rows[1].admitted); int64(m) > cfg.rate {
+			return fmt.Errorf("%s admitted %d in one second, more than %d", rows[1].name, m, cfg.rate)
+		}
 	}
 	return nil
 }
@@ -209,10 +219,13 @@ func report(w io.Writer, cfg config, rows []*row, per time.Duration) {
 	fmt.Fprintf(w, "\n| target | measured | met |\n|---|--:|:-:|\n")
 	fmt.Fprintf(w, "| leased ÷ not leased, decisions a second ≥ 5 | %.1f× | %s |\n", speed, yes(speed >= 5))
 	fmt.Fprintf(w, "| leased ÷ not leased, commands per decision ≤ 1/20 | 1/%.0f | %s |\n", 1/cmds, yes(cmds <= 1.0/20))
-	for _, r := range rows {
-		m := maxInSecond(r.admitted)
-		fmt.Fprintf(w, "| %s: most admitted in any second ≤ %d | %d | %s |\n", r.name, cfg.rate, m, yes(int64(m) <= cfg.rate))
-	}
+	m := maxInSecond(leased.admitted)
+	fmt.Fprintf(w, "| leased: most admitted in any second ≤ %d | %d | %s |\n", cfg.rate, m, yes(int64(m) <= cfg.rate))
+	fmt.Fprintf(w, "\nAn admission's time is when the caller got it. Redis decides a call that is not leased\n"+
+		"when the script runs, and the reply's latency, which varies, is not in its window: measured\n"+
+		"at the caller, such a window can hold a few more than the limit. A grant's hold is counted\n"+
+		"from before the call, latency included. Under load every round starts with a full window:\n"+
+		"admitted/s counts its bursts.\n")
 }
 
 func yes(ok bool) string {
