@@ -12,3 +12,10 @@ func SetLogClock(l *Limiter, now func() time.Time) { l.setClock(now) }
 // SetSleep replaces how l waits (WithMaxDelay, Wait): tests make it move a
 // simulated clock instead of sleeping.
 func SetSleep(l *Limiter, sleep func(ctx context.Context, d time.Duration) error) { l.sleep = sleep }
+
+// LeaseSlots is how many keys of leased policies l keeps state for.
+func LeaseSlots(l *Limiter) int {
+	l.leases.mu.Lock()
+	defer l.leases.mu.Unlock()
+	return len(l.leases.m)
+}

@@ -74,12 +74,37 @@ func (t *leaseTable) slots(def string, keys []string) []*leaseSlot {
 	return out
 }
 
-// drop forgets the slot of key if it still is s and holds nothing.
+// existing returns the slots of keys under def that exist.
+func (t *leaseTable) existing(def string, keys []string) []*leaseSlot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*leaseSlot
+	for _, k := range keys {
+		if s := t.m[leaseKey{def, k}]; s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// drop forgets the slot of key if it still is s.
 func (t *leaseTable) drop(def, key string, s *leaseSlot) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m[leaseKey{def, key}] == s {
 		delete(t.m, leaseKey{def, key})
+	}
+}
+
+// sweep forgets s, key's slot, when it holds nothing at now: no grant, no
+// refill under way, no debt, no denial to repeat. A caller that still
+// holds s may put a grant in it: that grant is settled by its own timer.
+func (l *Limiter) sweep(ls *leasing, s *leaseSlot, key string) {
+	s.mu.Lock()
+	idle := s.cur == nil && s.fetching == nil && s.debt == 0 && s.deniedUntil <= l.sinceEpoch()
+	s.mu.Unlock()
+	if idle {
+		l.leases.drop(ls.store.def, key, s)
 	}
 }
 
@@ -258,9 +283,11 @@ func (l *Limiter) refill(ctx context.Context, r *http.Request, ls *leasing, s *l
 	defer s.mu.Unlock()
 	if failed || d.Granted == 0 {
 		s.debt += debt
+		wait := time.Duration(0)
 		if !failed && d.RetryAfter > 0 && d.RetryAfter != Never {
-			s.denial, s.deniedUntil = d, start+int64(d.RetryAfter)
+			s.denial, s.deniedUntil, wait = d, start+int64(d.RetryAfter), d.RetryAfter
 		}
+		time.AfterFunc(wait, func() { l.sweep(ls, s, key) })
 		return d, fallback, failed, err, false
 	}
 	g := &grant{d: d, granted: d.Granted, used: debt, start: start, until: start + int64(ls.terms.hold)}
@@ -292,12 +319,9 @@ func (l *Limiter) expire(ls *leasing, s *leaseSlot, key string, g *grant) {
 	}
 	s.cur = nil
 	l.closed(s, g, now)
-	idle := s.debt == 0 && s.deniedUntil <= now
 	s.mu.Unlock()
 	l.settleGrant(context.Background(), nil, ls, g)
-	if idle {
-		l.leases.drop(ls.store.def, key, s)
-	}
+	l.sweep(ls, s, key)
 }
 
 // settleGrant changes g's charge in the store to what g spent: what it
@@ -337,7 +361,7 @@ func (l *Limiter) leaseAdjust(rc Receipt, delta int64) {
 // forgetLeases drops the process's grants of keys under the leased
 // policy p (a Reset): unsettled, as the store forgets their charges.
 func (l *Limiter) forgetLeases(p *Policy, keys []string) {
-	for _, s := range l.leases.slots(p.lease.store.def, keys) {
+	for _, s := range l.leases.existing(p.lease.store.def, keys) {
 		s.mu.Lock()
 		if s.cur != nil {
 			s.cur.closed = true

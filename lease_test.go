@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -333,4 +334,42 @@ func (g granting) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimi
 
 func allowAllFunc(_ context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	return allowAll(req), nil
+}
+
+// TestLeaseForgetsIdleKeys: a process keeps no state for a key whose
+// grant closed or whose denial ran out: a leased policy per client does
+// not grow the process. Grants close on timers of the real clock, so this
+// test runs on it: with a hold of 5ms and denials of at most 55ms, it
+// waits (at most 5s) for them.
+func TestLeaseForgetsIdleKeys(t *testing.T) {
+	p := ratelimit.MustParsePolicy("3/50ms", ratelimit.WithLease(3, 5*time.Millisecond))
+	l := newLimiter(t, store.NewMemory(), p)
+	ctx := context.Background()
+	denied := 0
+	for i := range 300 {
+		key := fmt.Sprintf("client-%d", i)
+		n := 1
+		if i%2 == 0 {
+			n = 4 // past the limit: a denial to repeat
+		}
+		for range n {
+			d, err := l.Allow(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				denied++
+			}
+		}
+	}
+	if n := ratelimit.LeaseSlots(l); n == 0 || denied == 0 {
+		t.Fatalf("%d keys kept, %d denied: the test did not reach its case", n, denied)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for ratelimit.LeaseSlots(l) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ratelimit.LeaseSlots(l); n != 0 {
+		t.Errorf("%d keys kept after every grant and denial ended", n)
+	}
 }

@@ -381,8 +381,14 @@ func (p *Policy) Limit(i int) Limit { return p.limits[i] }
 func (p *Policy) ID() string { return p.id }
 
 // MaxCost returns the largest cost a single request can ever be admitted
-// with: the smallest Rate (Burst for the token bucket) of the policy.
-func (p *Policy) MaxCost() int64 { return p.minRate }
+// with: the smallest Rate (Burst for the token bucket) of the policy; of
+// a leased token bucket, its Burst less the hold's tokens (WithLease).
+func (p *Policy) MaxCost() int64 {
+	if p.lease != nil {
+		return p.lease.store.minRate
+	}
+	return p.minRate
+}
 
 // String returns the policy in ParsePolicy syntax, e.g. "10/s, 120/m".
 func (p *Policy) String() string {
