@@ -81,8 +81,9 @@ type DecisionEvent struct {
 type StoreEvent struct {
 	// Policy is the policy of the call.
 	Policy *Policy
-	// Op is the operation: "take", "reserve", "take_up_to", "refund",
-	// "reset", "settle", "release" or "renew".
+	// Op is the operation: "take", "reserve", "take_up_to", "lease" (a
+	// grant of a leased policy, WithLease), "refund", "reset", "settle",
+	// "release" or "renew".
 	Op string
 	// Fallback reports a call to the fallback store, not the main one.
 	Fallback bool

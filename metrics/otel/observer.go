@@ -19,7 +19,7 @@
 //     "dry_run_denied", "failed_open" or "failed_closed") and fallback
 //     (bool: the fallback store decided).
 //   - ratelimit.store.duration (Float64Histogram, s): store call latency,
-//     with op ("take", "reserve", "take_up_to", "refund", "reset") and
+//     with op (ratelimit.StoreEvent.Op: "take", "lease", "refund", ...) and
 //     store ("main" or "fallback"). Calls the open circuit answered are
 //     not recorded: they took no time and would hide the store's latency.
 //   - ratelimit.store.errors (Int64Counter, {error}): failed store calls,

@@ -26,8 +26,8 @@
 //     "failed_open" or "failed_closed" (ratelimit.Outcome); fallback is
 //     "true" when the fallback store decided (WithFallback), else "false".
 //   - ratelimit_store_call_duration_seconds{op, store}: histogram of store
-//     call latency. op is "take", "reserve", "take_up_to", "refund" or
-//     "reset"; store is "main" or "fallback". Calls the open circuit
+//     call latency. op is ratelimit.StoreEvent.Op ("take", "reserve",
+//     "take_up_to", "lease", "refund", "reset", ...); store is "main" or "fallback". Calls the open circuit
 //     answered are not observed: they took no time and would hide the
 //     store's real latency.
 //   - ratelimit_store_errors_total{op, store, kind}: counter of failed
