@@ -93,7 +93,7 @@ func leaseRigOn(s ratelimit.Store, clk *testClock) *leaseRig {
 
 // process is a Limiter of p on the rig's store and clock: one process of a fleet.
 func (r *leaseRig) process(t *testing.T, p *ratelimit.Policy, opts ...ratelimit.Option) *ratelimit.Limiter {
-	l := newLimiter(t, r.store, p, append(opts, ratelimit.WithObserver(r.calls))...)
+	l := newLimiter(t, r.store, p, append(opts, ratelimit.WithObserver(r.calls), patient)...)
 	ratelimit.SetLogClock(l, r.clk.Now)
 	return l
 }

@@ -62,6 +62,11 @@ func settleBackends(t *testing.T) map[string]func(t *testing.T) (ratelimit.Store
 	return b
 }
 
+// patient gives a Limiter's store calls 10 s: these tests check what the
+// stores decide, and under a loaded -race run a call to miniredis can take
+// longer than the default 100ms, which would hand it to the fallback.
+var patient = ratelimit.WithTimeout(10 * time.Second)
+
 // TestSettleChargesTheDifference: a charge settled above its cost owes the
 // difference (debt: denied, with a Retry-After that waiting exactly
 // admits), below it gives the difference back, and the stores agree, for
@@ -95,7 +100,7 @@ func TestSettleChargesTheDifference(t *testing.T) {
 			for i, c := range cases {
 				st, clk := mk(t)
 				pol := ratelimit.MustParsePolicy(c.policy, append(c.opts, ratelimit.Named("s"+strings.ReplaceAll(c.name, " ", "_")))...)
-				lim := newLimiter(t, st, pol)
+				lim := newLimiter(t, st, pol, patient)
 				d, err := lim.AllowN(ctx, c.cost, "k")
 				if err != nil || !d.Allowed {
 					t.Fatalf("step %d (%s): up-front charge: %+v %v", i, c.name, d, err)
@@ -147,7 +152,7 @@ func TestSettleOnce(t *testing.T) {
 	for name, mk := range settleBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			st, _ := mk(t)
-			lim := newLimiter(t, st, ratelimit.MustParsePolicy("10/h", ratelimit.Named("once")))
+			lim := newLimiter(t, st, ratelimit.MustParsePolicy("10/h", ratelimit.Named("once")), patient)
 			remaining := func(step int, want int64) {
 				t.Helper()
 				d, err := lim.AllowN(ctx, 0, "k")
@@ -234,7 +239,7 @@ func TestCostAfter(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st, clk := mk(t)
 			body := strings.Repeat("x", 700)
-			lim := newLimiter(t, st, ratelimit.MustParsePolicy("1000/m", ratelimit.Named("bytes")),
+			lim := newLimiter(t, st, ratelimit.MustParsePolicy("1000/m", ratelimit.Named("bytes")), patient,
 				ratelimit.WithCost(100),
 				ratelimit.WithCostAfter(func(_ *http.Request, status int, written int64) int64 { return written }),
 				ratelimit.WithRefundIf(func(_ *http.Request, status int) bool { return status >= 500 }))
