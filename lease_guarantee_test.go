@@ -158,7 +158,7 @@ func runLeaseTrace(t *testing.T, seed int64, newStore func(t *testing.T, now fun
 	newProc := func() *ratelimit.Limiter {
 		// A grant's timer that settles after the trace's client closed
 		// logs a failure: the log is not what this test checks.
-		l := newLimiter(t, s, p, ratelimit.WithFailureMode(ratelimit.FailClosed), ratelimit.WithObserver(counting),
+		l := newLimiter(t, s, p, ratelimit.WithFailureMode(ratelimit.FailClosed), ratelimit.WithObserver(counting), patient,
 			ratelimit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 		ratelimit.SetLogClock(l, clk.Now)
 		return l
