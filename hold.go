@@ -58,7 +58,9 @@ func (h *holder) leave() { h.n.Add(-1) }
 // the context's error when the client left while held (its place given
 // back).
 func (l *Limiter) admit(r *http.Request, a ask) (d Decision, fallback, failed bool, err, held error) {
-	if l.maxDelay == 0 || l.maxHeld == 0 || l.dryRun {
+	// A policy with a penalty is never held: its denials start or report
+	// the penalty, whose end is no turn to wait for, however near.
+	if l.maxDelay == 0 || l.maxHeld == 0 || l.dryRun || a.policy.BlockFor() > 0 {
 		d, fallback, failed, err = l.decide(r.Context(), r, a)
 		return d, fallback, failed, err, nil
 	}

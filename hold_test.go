@@ -121,3 +121,51 @@ func TestHandlerHoldsBoundedRequests(t *testing.T) {
 	}
 	close(asleep)
 }
+
+// TestHandlerHoldsNoPenalty: a policy with BlockFor is never held, not
+// even a microsecond before its penalty ends, with or without
+// WithMaxDelay: the request gets 429 and the penalty's Retry-After.
+func TestHandlerHoldsNoPenalty(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []ratelimit.Option
+	}{
+		{name: "default holding"},
+		{name: "WithMaxDelay(2s)", opts: []ratelimit.Option{ratelimit.WithMaxDelay(2 * time.Second)}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, clk := memoryStore()
+			p := ratelimit.MustParsePolicy("2/s", ratelimit.BlockFor(90*time.Second))
+			lim := newLimiter(t, st, p, tc.opts...)
+			slept := time.Duration(0)
+			ratelimit.SetSleep(lim, func(_ context.Context, d time.Duration) error {
+				slept += d
+				clk.Advance(d)
+				return nil
+			})
+			srv := lim.Handler(okHandler)
+			serve := func() *httptest.ResponseRecorder {
+				w := httptest.NewRecorder()
+				srv.ServeHTTP(w, getFrom(ipA))
+				return w
+			}
+			for k := range 2 {
+				if w := serve(); w.Code != http.StatusOK {
+					t.Fatalf("step %d: request %d of the quota: status %d", i, k, w.Code)
+				}
+			}
+			if w := serve(); w.Code != http.StatusTooManyRequests {
+				t.Fatalf("step %d: the request past the quota: status %d, want 429 (the penalty starts)", i, w.Code)
+			}
+			clk.Advance(90*time.Second - time.Microsecond)
+			w := serve()
+			if w.Code != http.StatusTooManyRequests || slept != 0 {
+				t.Errorf("step %d: a microsecond before the penalty ends: status %d after a hold of %v, want 429 at once", i, w.Code, slept)
+			}
+			if got := w.Header().Get("Retry-After"); got != "1" {
+				t.Errorf("step %d: Retry-After %q, want \"1\"", i, got)
+			}
+		})
+	}
+}

@@ -385,7 +385,9 @@ func WithHeaders(style HeaderStyle) Option {
 // it with a wait below one second (which Retry-After, in whole seconds,
 // cannot say: a client told "1" for 50ms would get a fraction of its
 // rate), asking for its place in line after that denial. A policy with a
-// penalty (BlockFor) is not held: its denial starts the penalty.
+// penalty (BlockFor) is never held, with or without the option: its
+// denial starts the penalty, and a request during it is refused however
+// soon it ends.
 func WithMaxDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 || d > MaxSpan {
