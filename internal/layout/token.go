@@ -16,7 +16,8 @@ import "math"
 const MaxSpanUS = 1 << 50
 
 // TokenRoom is a bucket of capacity units of interval µs each, in µs:
-// capacity × interval, or MaxSpanUS when that is as long or longer.
+// capacity × interval, held to MaxSpanUS. It is a length, never a marker:
+// a burst NewPolicy accepts fills at most MaxSpanUS exactly.
 func TokenRoom(capacity, interval int64) int64 {
 	if capacity >= (MaxSpanUS+interval-1)/interval {
 		return MaxSpanUS

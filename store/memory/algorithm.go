@@ -99,9 +99,13 @@ func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
 		if x := limit - (e.used - t); x > 0 {
 			e.avail = x / w
 		}
-		if cw := layout.TokenRoom(c, w); c > p.Capacity || cw == layout.MaxSpanUS {
+		// A cost up to the burst always fits a full bucket: its room (a
+		// burst × interval at most MaxSpanUS, as NewPolicy checks, or
+		// held to it in another policy's interval) is no less than the
+		// cost's.
+		if c > p.Capacity {
 			e.retry = -1
-		} else if next := (e.used - t) + cw; next > limit {
+		} else if next := (e.used - t) + layout.TokenRoom(c, w); next > limit {
 			e.retry = next - limit
 		}
 	case layout.Approx:

@@ -142,11 +142,12 @@ local function evaluate(s, key, j, t, c)
     local limit = troom(cap, w)
     local x = limit - (used - t)
     if x > 0 then avail = floor(x / w) end
-    local cw = troom(c, w)
-    if c > cap or cw == MAXSPAN then
+    -- A cost up to the burst always fits a full bucket (store/memory's
+    -- evaluate).
+    if c > cap then
       retry = -1
     else
-      local nx = (used - t) + cw
+      local nx = (used - t) + troom(c, w)
       if nx > limit then retry = nx - limit end
     end
   elseif kind == K_CONC then

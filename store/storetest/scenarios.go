@@ -40,6 +40,7 @@ var scenarios = []scenario{
 	{"RefundHeavyTraces", refundHeavy, capabilities{refund: true}, false},
 	{"RefundRaces", refundRaces, capabilities{refund: true}, false},
 	{"ExactUntilMaxSpanDate", exactUntilMaxSpanDate, capabilities{reserve: true, upTo: true, refund: true}, false},
+	{"FullBurstAtMaxSpan", fullBurstAtMaxSpan, capabilities{}, false},
 	{"ExpiryKeepsGuarantees", expiryKeepsGuarantees, capabilities{}, false},
 	{"SubBucketRefillClaims", subBucketRefillClaims, capabilities{}, false},
 	{"RateChangeKeepsCounters", rateChangeKeepsCounters, capabilities{}, false},
@@ -401,6 +402,38 @@ func exactUntilMaxSpanDate(t *testing.T, h Harness) {
 	}
 	for i, p := range policies {
 		t.Run(p.Name(), func(t *testing.T) { replay(t, h, p, p, trace, i) })
+	}
+}
+
+// fullBurstAtMaxSpan: a token bucket whose burst × interval is exactly
+// ratelimit.MaxSpan (1139 per 19,567,871 s, burst 65,536: an interval of
+// 2^34 µs), which NewPolicy accepts, admits its whole burst (its MaxCost)
+// on a fresh key, and a microsecond before the bucket is full again the
+// same cost waits that microsecond, not for ever; as the reference does.
+func fullBurstAtMaxSpan(t *testing.T, h Harness) {
+	p, err := ratelimit.NewPolicy("span-tb", ratelimit.TokenBucket, ratelimit.Limit{Rate: 1139, Period: 19567871 * time.Second, Burst: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	burst, span := p.MaxCost(), ratelimit.MaxSpan
+	trace := []step{
+		{at: 0, keys: []string{"k"}, cost: burst},
+		{at: time.Microsecond, keys: []string{"k"}, cost: 1},
+		{at: span - time.Microsecond, keys: []string{"k"}, cost: burst},
+		{at: span, keys: []string{"k"}, cost: burst},
+	}
+	replay(t, h, p, p, trace, 0)
+	want := []struct {
+		allowed bool
+		retry   time.Duration
+	}{{true, 0}, {false, 2<<33*time.Microsecond - time.Microsecond}, {false, time.Microsecond}, {true, 0}}
+	s, clk := h.start(t)
+	for i, st := range trace {
+		clk.Set(t0.Add(st.at))
+		d := mustTake(t, s, p, st.cost, st.keys...)
+		if d.Allowed != want[i].allowed || d.RetryAfter != want[i].retry {
+			t.Errorf("step %d (cost %d at +%s): allowed %v, RetryAfter %s; want %v, %s", i, st.cost, st.at, d.Allowed, d.RetryAfter, want[i].allowed, want[i].retry)
+		}
 	}
 }
 
