@@ -17,8 +17,10 @@ import (
 // parallel). Every master's answer is awaited, up to three quarters of the
 // budget, so that a denial reports the longest wait any master gave; masters
 // that never answered are left out. Charges made for a request that is not
-// admitted (or, granting, beyond the smallest grant) are refunded off the
-// request's path.
+// admitted (or, granting, beyond the smallest grant), and the slots a
+// denied request took, are given back before the call returns (one more
+// round trip, on that path only); those of masters that answered late,
+// off the request's path.
 func (r *Store) takeCluster(ctx context.Context, req ratelimit.Request, o verdict.Call, prep *prepared, keys, idKeys []string, now int64) (ratelimit.Decision, error) {
 	nl := req.Policy.NumLimits()
 	pctx := ctx
@@ -116,11 +118,30 @@ collect:
 		}
 		rep[rGranted] -= back
 	}
-	if pending > 0 || len(refunds.keys) > 0 {
+	if len(refunds.keys) > 0 {
+		// All or nothing in the same store call: what the answered
+		// masters charged and the request will not use goes back before
+		// the call returns, within its budget. A give-back that fails
+		// is not sent again (its outcome is unknown: a second refund
+		// could take another charge's units): the units stay charged
+		// and a slot lapses after its lease, which never over-admits.
+		gctx := ctx
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			gctx, cancel = context.WithTimeout(ctx, refundTimeout)
+			defer cancel()
+		}
+		refunds.send(gctx)
+	}
+	if pending > 0 {
+		// Masters that had not answered by three quarters of the budget
+		// may still charge: their answers are awaited off the request's
+		// path and given back.
+		late := &refunder{r: r, pol: req.Policy, release: refunds.release}
 		r.refunds.Add(1)
 		go func() {
 			defer r.refunds.Done()
-			refunds.run(answers, pending, keys, nl)
+			late.run(answers, pending, keys, nl)
 		}()
 	}
 	if !denied && (failed != nil || pending > 0) {
@@ -168,7 +189,8 @@ type keyAnswer struct {
 	err error
 }
 
-// refundTimeout bounds the background refunds of a Cluster request.
+// refundTimeout bounds the give-back of a Cluster request called without
+// a deadline, and the refunds of late answers, off the request's path.
 const refundTimeout = 2 * time.Second
 
 // refunder takes back charges a Cluster request will not use, and with
@@ -188,8 +210,9 @@ func (f *refunder) add(key string, cost int64, marks []int64) {
 	f.marks = append(f.marks, marks)
 }
 
-// run waits for the answers still pending (those that charged are refunded
-// too: the request did not wait for them), then refunds everything.
+// run waits, off the request's path, for the answers still pending (those
+// that charged are refunded too: the request did not wait for them), then
+// gives them back.
 func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, nl int) {
 	ctx, cancel := context.WithTimeout(context.Background(), refundTimeout)
 	defer cancel()
@@ -207,15 +230,22 @@ func (f *refunder) run(answers <-chan keyAnswer, pending int, keys []string, nl 
 			return
 		}
 	}
-	if len(f.keys) > 0 {
-		prep := f.r.scripts.prepare(f.pol, f.r.ttlExtra.Milliseconds())
+	f.send(ctx)
+}
+
+// send refunds every charge added and, with release, frees their slots:
+// the refunds of every key sent together, then the releases.
+func (f *refunder) send(ctx context.Context) {
+	if len(f.keys) == 0 {
+		return
+	}
+	prep := f.r.scripts.prepare(f.pol, f.r.ttlExtra.Milliseconds())
+	runEach(ctx, f.r.client, prep.script, f.keys, func(i int) []any {
+		return prep.refundArgs(f.r.nowUS(), f.costs[i], f.marks[i])
+	})
+	if f.release {
 		runEach(ctx, f.r.client, prep.script, f.keys, func(i int) []any {
-			return prep.refundArgs(f.r.nowUS(), f.costs[i], f.marks[i])
+			return prep.slotArgs(f.r.nowUS(), false, f.marks[i])
 		})
-		if f.release {
-			runEach(ctx, f.r.client, prep.script, f.keys, func(i int) []any {
-				return prep.slotArgs(f.r.nowUS(), false, f.marks[i])
-			})
-		}
 	}
 }

@@ -89,5 +89,6 @@ func (r *Store) chargeKeys(c storekit.Charge) (keys []string, marks [][]int64) {
 }
 
 // WaitRefunds waits for the refunds a Cluster store runs in the background
-// (at most refundTimeout each). Tests and graceful shutdowns call it.
+// for masters that answered after a request's budget (at most
+// refundTimeout each). Tests and graceful shutdowns call it.
 func (r *Store) WaitRefunds() { r.refunds.Wait() }

@@ -63,7 +63,7 @@ type Store struct {
 	nodeBatching int
 	nodeBatches  sync.Map
 	batchSet     bool           // WithBatching was given
-	refunds      sync.WaitGroup // Cluster refunds running in the background
+	refunds      sync.WaitGroup // Cluster refunds of late answers, running in the background
 
 	nodes        sync.Map // Cluster master address → *nodeCircuit
 	nodeFailures int
@@ -94,7 +94,7 @@ func (r *Store) Reserve(ctx context.Context, req ratelimit.Request, maxDelay tim
 
 // TakeUpTo implements ratelimit.Granter. On a Cluster (or Ring), each key
 // grants what fits on its master and the excess over the smallest grant is
-// refunded at once, off the request's path.
+// refunded before the call returns.
 func (r *Store) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	return r.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true})
 }
