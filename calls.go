@@ -255,8 +255,7 @@ func (l *Limiter) settle(ctx context.Context, r *http.Request, d Decision, actua
 		return ErrSettled
 	}
 	if rc.r.leases != nil {
-		l.leaseAdjust(rc, actual-rc.r.cost)
-		return nil
+		return l.leaseAdjust(ctx, r, rc, actual-rc.r.cost)
 	}
 	s := l.charger(rc)
 	st, ok := s.(Settler)

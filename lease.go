@@ -41,8 +41,11 @@ import (
 //
 // Refund and Settle of a request admitted from a grant go back into the
 // grant while it runs; a refund after its hold gives nothing back (the
-// limit under-admits by it), and a debt settled after it is charged with
-// the key's next grant in the process. Reset forgets the process's
+// limit under-admits by it). A debt (a settle above the charge) is taken
+// from what the grant has not spent, which the store counts already, and
+// what it cannot cover, or all of it once the hold ended, is charged to
+// the store at once, in one settle per key: no process admits a request
+// while a debt fills a limit. Reset forgets the process's
 // grants of the keys; other processes spend theirs until their hold ends.
 // Request IDs (WithIdempotencyKey) are not remembered under a lease:
 // every request is charged. A leased policy counts in counters of its

@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -36,14 +38,17 @@ type leaseSlot struct {
 	denial      Decision
 	deniedUntil int64
 	size        int64 // the next grant to ask for (0: the request's cost)
-	debt        int64 // settled above its charge after its grant closed
 }
 
-// grant is one charge of the store, spent locally.
+// grant is one charge of the store, spent locally. Its fields are
+// guarded by its slot's mutex.
 type grant struct {
 	d       Decision // the store's answer; its Receipt is the charge
 	granted int64
 	used    int64 // spent, debts included, refunds taken out
+	// charged is what the store counts of it: granted, then more as debts
+	// beyond it are charged, or what it spent once settled at its close.
+	charged int64
 	start   int64 // when it was asked for (the Limiter's clock, ns)
 	until   int64 // start + hold: nothing is spent from it at or after
 	closed  bool
@@ -97,11 +102,13 @@ func (t *leaseTable) drop(def, key string, s *leaseSlot) {
 }
 
 // sweep forgets s, key's slot, when it holds nothing at now: no grant, no
-// refill under way, no debt, no denial to repeat. A caller that still
-// holds s may put a grant in it: that grant is settled by its own timer.
+// refill under way, no denial to repeat. A caller that still holds s may
+// put a grant in it: that grant is settled by its own timer. Forgetting a
+// slot forgets nothing a request admitted from it needs: its receipt
+// holds its grant, whose debts go to the store at once.
 func (l *Limiter) sweep(ls *leasing, s *leaseSlot, key string) {
 	s.mu.Lock()
-	idle := s.cur == nil && s.fetching == nil && s.debt == 0 && s.deniedUntil <= l.sinceEpoch()
+	idle := s.cur == nil && s.fetching == nil && s.deniedUntil <= l.sinceEpoch()
 	s.mu.Unlock()
 	if idle {
 		l.leases.drop(ls.store.def, key, s)
@@ -113,6 +120,15 @@ func (l *Limiter) sweep(ls *leasing, s *leaseSlot, key string) {
 func (l *Limiter) leaseDecide(ctx context.Context, r *http.Request, a ask) (Decision, bool, bool, error) {
 	ls := a.policy.lease
 	slots := l.leases.slots(ls.store.def, a.keys)
+	// A slot made for this request that ends up holding nothing (another
+	// key denied it, or the store refused its grant) is forgotten now:
+	// keys that come and go while a shared key is denied do not grow the
+	// process.
+	defer func() {
+		for i, s := range slots {
+			l.sweep(ls, s, a.keys[i])
+		}
+	}()
 	order := make([]int, len(slots))
 	for i := range order {
 		order[i] = i
@@ -259,12 +275,11 @@ func (l *Limiter) refill(ctx context.Context, r *http.Request, ls *leasing, s *l
 		return Decision{}, false, false, nil, true // refilled meanwhile
 	}
 	s.cur = nil
+	var from, to int64
 	if old != nil {
-		l.closed(s, old, now)
+		from, to = l.closed(s, old, now)
 	}
 	size := max(min(s.size, ls.terms.chunk), need) // a cost above chunk is granted alone
-	debt := s.debt
-	s.debt = 0
 	ch := make(chan struct{})
 	s.fetching = ch
 	s.mu.Unlock()
@@ -275,40 +290,47 @@ func (l *Limiter) refill(ctx context.Context, r *http.Request, ls *leasing, s *l
 		close(ch)
 	}()
 	if old != nil {
-		l.settleGrant(ctx, r, ls, old)
+		_ = l.rechargeGrant(ctx, r, ls, old, from, to)
 	}
 	start := l.sinceEpoch()
 	d, fallback, failed, err = l.decide(ctx, r, ask{policy: ls.store, keys: []string{key}, cost: size, op: opLease})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if failed || d.Granted == 0 {
-		s.debt += debt
-		wait := time.Duration(0)
 		if !failed && d.RetryAfter > 0 && d.RetryAfter != Never {
-			s.denial, s.deniedUntil, wait = d, start+int64(d.RetryAfter), d.RetryAfter
+			s.denial, s.deniedUntil = d, start+int64(d.RetryAfter)
+			time.AfterFunc(d.RetryAfter, func() { l.sweep(ls, s, key) })
 		}
-		time.AfterFunc(wait, func() { l.sweep(ls, s, key) })
 		return d, fallback, failed, err, false
 	}
-	g := &grant{d: d, granted: d.Granted, used: debt, start: start, until: start + int64(ls.terms.hold)}
+	g := &grant{d: d, granted: d.Granted, charged: d.Granted, start: start, until: start + int64(ls.terms.hold)}
 	s.cur = g
 	time.AfterFunc(ls.terms.hold, func() { l.expire(ls, s, key, g) })
 	return d, fallback, false, nil, true
 }
 
-// closed marks g, s's grant until now (s locked), closed, and sizes the
-// next grant: twice what g spent, doubled again when g ran out before
-// its hold ended.
-func (l *Limiter) closed(s *leaseSlot, g *grant, now int64) {
+// closed marks g, s's grant until now (s locked), closed, sizes the
+// next grant (twice what g spent, doubled again when g ran out before
+// its hold ended), and returns what the store counts for g and what it
+// is to count, g having given back what it did not spend: its caller
+// settles it (rechargeGrant).
+func (l *Limiter) closed(s *leaseSlot, g *grant, now int64) (from, to int64) {
 	g.closed = true
 	next := 2 * g.used
 	if now < g.until && g.used >= g.granted {
 		next = 2 * g.granted
 	}
 	s.size = max(next, 1)
+	from = g.charged
+	// Once a debt was charged beyond the grant, the store gives nothing
+	// of an earlier charge back (a debt voids refunds; Limiter.Settle).
+	if g.used < g.charged && g.charged == g.granted {
+		g.charged = max(g.used, 0)
+	}
+	return from, g.charged
 }
 
-// expire closes g when its hold has ended and it still runs, settling
+// expire closes g when its hold has ended and it still runs, giving back
 // what it did not spend, and forgets the slot when it holds nothing more.
 func (l *Limiter) expire(ls *leasing, s *leaseSlot, key string, g *grant) {
 	s.mu.Lock()
@@ -318,44 +340,58 @@ func (l *Limiter) expire(ls *leasing, s *leaseSlot, key string, g *grant) {
 		return // replaced, or a test clock not there yet: the next request closes it
 	}
 	s.cur = nil
-	l.closed(s, g, now)
+	from, to := l.closed(s, g, now)
 	s.mu.Unlock()
-	l.settleGrant(context.Background(), nil, ls, g)
+	_ = l.rechargeGrant(context.Background(), nil, ls, g, from, to)
 	l.sweep(ls, s, key)
 }
 
-// settleGrant changes g's charge in the store to what g spent: what it
-// did not spend goes back, a debt beyond it is charged.
-func (l *Limiter) settleGrant(ctx context.Context, r *http.Request, ls *leasing, g *grant) {
+// rechargeGrant changes what the store counts for g from units to to
+// units, as a settle of g's charge as it stood (g's charged already says
+// to): what it did not spend goes back (to < from), a debt beyond what
+// the store counted is charged now (to > from). The error goes to the
+// hooks and the log, and to the caller.
+func (l *Limiter) rechargeGrant(ctx context.Context, r *http.Request, ls *leasing, g *grant, from, to int64) error {
 	rc := g.d.Receipt
-	if g.used == g.granted || rc.IsZero() || !rc.claim() {
-		return
+	if from == to || rc.IsZero() {
+		return nil
 	}
 	s := l.charger(rc)
-	if st, ok := s.(Settler); ok {
-		_ = l.op(ctx, r, ls.store, l.which(s), "settle", func(ctx context.Context) error { return st.Settle(ctx, rc, max(g.used, 0)) })
-	} else if rf, ok := s.(Refunder); ok && g.used <= 0 {
-		_ = l.op(ctx, r, ls.store, l.which(s), "refund", func(ctx context.Context) error { return rf.Refund(ctx, rc) })
+	st, ok := s.(Settler)
+	if !ok {
+		return fmt.Errorf("ratelimit: the store (%T) cannot settle a leased grant: %w", s, errors.ErrUnsupported)
 	}
+	was := rc.withCost(from)
+	return l.op(ctx, r, ls.store, l.which(s), "settle", func(ctx context.Context) error { return st.Settle(ctx, was, to) })
 }
 
 // leaseAdjust changes what a request admitted from grants (rc) spent by
 // delta units: back into the grants still running when negative (a grant
 // closed keeps them: the limit under-admits by them), and a debt when
-// positive, charged to the running grant or else with the key's next.
-func (l *Limiter) leaseAdjust(rc Receipt, delta int64) {
+// positive: taken from what its grant has not spent, which the store
+// counts already, and what the grant cannot cover (or all of it, once
+// the grant closed) charged to the store now, so that no process admits
+// a request while the debt fills a limit.
+func (l *Limiter) leaseAdjust(ctx context.Context, r *http.Request, rc Receipt, delta int64) error {
+	var errs []error
 	for _, u := range rc.r.leases {
 		u.s.mu.Lock()
+		g := u.g
+		from := g.charged
 		switch {
-		case delta < 0 && !u.g.closed:
-			u.g.used -= min(-delta, u.g.used)
-		case delta > 0 && !u.g.closed:
-			u.g.used += delta
+		case delta < 0 && !g.closed:
+			g.used -= min(-delta, g.used)
 		case delta > 0:
-			u.s.debt += delta
+			g.used += delta
+			g.charged = max(g.charged, g.used)
 		}
+		to := g.charged
 		u.s.mu.Unlock()
+		if err := l.rechargeGrant(ctx, r, rc.policy().lease, g, from, to); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	return errors.Join(errs...)
 }
 
 // forgetLeases drops the process's grants of keys under the leased
@@ -363,11 +399,13 @@ func (l *Limiter) leaseAdjust(rc Receipt, delta int64) {
 func (l *Limiter) forgetLeases(p *Policy, keys []string) {
 	for _, s := range l.leases.existing(p.lease.store.def, keys) {
 		s.mu.Lock()
-		if s.cur != nil {
-			s.cur.closed = true
+		if g := s.cur; g != nil {
+			// The store forgets its charge: a debt settled later charges
+			// its own units only.
+			g.closed, g.charged = true, g.used
 			s.cur = nil
 		}
-		s.deniedUntil, s.debt, s.size = 0, 0, 0
+		s.deniedUntil, s.size = 0, 0
 		s.mu.Unlock()
 	}
 }

@@ -224,8 +224,9 @@ func TestLeaseDeniesLocally(t *testing.T) {
 }
 
 // TestLeaseRefundSettleReset: a refund or a settle below the charge goes
-// back into the running grant; a debt is charged when the grant closes;
-// Reset drops the process's grants with the store's counters.
+// back into the running grant; a debt beyond what the grant holds is
+// charged to the store at once; Reset drops the process's grants with the
+// store's counters.
 func TestLeaseRefundSettleReset(t *testing.T) {
 	r := newLeaseRig()
 	p := ratelimit.MustParsePolicy("20/s", ratelimit.WithLease(5, 50*time.Millisecond))
@@ -256,8 +257,9 @@ func TestLeaseRefundSettleReset(t *testing.T) {
 	if err := a.Settle(ctx, d3, 5); !errors.Is(err, ratelimit.ErrSettled) {
 		t.Errorf("a second settle: %v, want ErrSettled", err)
 	}
-	if got := remaining(t, b, "k"); got != 16 {
-		t.Errorf("before the grant closes the store has %d left, want 16", got)
+	// The grant had 4 and has spent 6: the 2 beyond it are charged now.
+	if got := remaining(t, b, "k"); got != 14 {
+		t.Errorf("before the grant closes the store has %d left, want 14 (the debt beyond the grant charged at once)", got)
 	}
 	r.clk.Advance(50 * time.Millisecond)
 	if _, err := a.AllowN(ctx, 1, "k"); err != nil { // closes the grant: 1 + 5 spent of 4
@@ -371,5 +373,87 @@ func TestLeaseForgetsIdleKeys(t *testing.T) {
 	}
 	if n := ratelimit.LeaseSlots(l); n != 0 {
 		t.Errorf("%d keys kept after every grant and denial ended", n)
+	}
+}
+
+// TestLeaseDebtAfterHold: a debt settled after the grant's hold ended, its
+// slot forgotten, is charged to the store at once: under 10/h, one
+// request admitted from a grant and settled to 10 after the hold leaves
+// no room in that hour, for its process nor another. On memory,
+// miniredis, a real Redis and a Cluster.
+func TestLeaseDebtAfterHold(t *testing.T) {
+	for name, backend := range settleBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			r := leaseRigOn(backend(t))
+			p := ratelimit.MustParsePolicy("10/h", ratelimit.WithLease(5, 5*time.Millisecond))
+			a, b := r.process(t, p), r.process(t, p)
+			ctx := context.Background()
+			d, err := a.Allow(ctx, "k")
+			if err != nil || !d.Allowed {
+				t.Fatalf("step 0: %+v (%v)", d, err)
+			}
+			// The hold ends: the grant's timer (real time) closes it and
+			// the process forgets the key.
+			r.clk.Advance(5 * time.Millisecond)
+			deadline := time.Now().Add(5 * time.Second)
+			for ratelimit.LeaseSlots(a) > 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if n := ratelimit.LeaseSlots(a); n != 0 {
+				t.Fatalf("step 1: %d keys kept after the hold", n)
+			}
+			if err := a.Settle(ctx, d, 10); err != nil {
+				t.Fatalf("step 2: Settle: %v", err)
+			}
+			admitted := 0
+			for i := range 9 {
+				for _, l := range []*ratelimit.Limiter{a, b} {
+					d, err := l.Allow(ctx, "k")
+					if err != nil {
+						t.Fatalf("step %d: %v", 3+i, err)
+					}
+					if d.Allowed {
+						admitted++
+					}
+				}
+			}
+			if admitted != 0 {
+				t.Errorf("%d admitted in the hour after a request settled to 10 of 10/h, want 0", admitted)
+			}
+		})
+	}
+}
+
+// TestLeaseSlotsOfKeysDeniedByAnother: a leased policy over a shared key
+// and a key per client keeps no state for a client key whose request a
+// spent shared key denied: rotating client keys do not grow the process.
+func TestLeaseSlotsOfKeysDeniedByAnother(t *testing.T) {
+	r := newLeaseRig()
+	p := ratelimit.MustParsePolicy("5/h", ratelimit.WithLease(5, 50*time.Millisecond))
+	l := r.process(t, p)
+	ctx := context.Background()
+	if d, err := l.AllowN(ctx, 5, "global"); err != nil || !d.Allowed {
+		t.Fatalf("spending global: %+v (%v)", d, err)
+	}
+	for i := range 500 {
+		d, err := l.Allow(ctx, "global", fmt.Sprintf("client-%d", i))
+		if err != nil || d.Allowed {
+			t.Fatalf("step %d: %+v (%v), want a denial by global", i, d, err)
+		}
+	}
+	// global's running grant, and nothing of the 500 clients.
+	if n := ratelimit.LeaseSlots(l); n > 1 {
+		t.Errorf("%d keys kept after 500 client keys denied by global, want at most 1", n)
+	}
+	// The same once global's grant closed and global is denied by the
+	// store (its denial repeated locally).
+	r.clk.Advance(50 * time.Millisecond)
+	for i := range 500 {
+		if d, err := l.Allow(ctx, fmt.Sprintf("client-%d", i), "global"); err != nil || d.Allowed {
+			t.Fatalf("step %d after the hold: %+v (%v), want a denial by global", i, d, err)
+		}
+	}
+	if n := ratelimit.LeaseSlots(l); n > 1 {
+		t.Errorf("%d keys kept after 500 more client keys denied by global, want at most 1", n)
 	}
 }

@@ -380,8 +380,7 @@ func (l *Limiter) refund(ctx context.Context, r *http.Request, d Decision) error
 		return nil
 	}
 	if rc.r.leases != nil {
-		l.leaseAdjust(rc, -rc.r.cost)
-		return nil
+		return l.leaseAdjust(ctx, r, rc, -rc.r.cost)
 	}
 	s := l.charger(rc)
 	rf, ok := s.(Refunder)

@@ -175,6 +175,13 @@ func (r Receipt) holding() Receipt {
 	return r
 }
 
+// withCost returns the charge r with its cost as c: the same charge as a
+// settle left it (its keys, policy, marks and store), claimable anew.
+func (r Receipt) withCost(c int64) Receipt {
+	n := &receipt{policy: r.r.policy, keys: r.r.keys, cost: c, marks: r.r.marks, store: r.r.store}
+	return Receipt{n}
+}
+
 func (r Receipt) withStore(s Store) {
 	if r.r != nil && r.r.store == nil {
 		r.r.store = s
