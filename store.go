@@ -216,6 +216,12 @@ func init() {
 		return rc.r.policy, rc.r.keys, rc.r.cost, rc.r.marks
 	}
 	bridge.CheckDecision = func(d, req any) error { return checkDecision(d.(Decision), req.(Request)) }
+	bridge.LeaseCounters = func(p any) any {
+		if l := p.(*Policy).lease; l != nil {
+			return l.store
+		}
+		return (*Policy)(nil)
+	}
 	bridge.SetClock = func(l any, now func() time.Time, sleep func(context.Context, time.Duration) error) {
 		l.(*Limiter).setClock(now)
 		l.(*Limiter).sleep = sleep
@@ -298,6 +304,26 @@ type Granter interface {
 	// grants and charges nothing, and then the Decision denies, with the
 	// wait until a cost of 1 fits). req.Cost must be at least 1.
 	TakeUpTo(ctx context.Context, req Request) (Decision, error)
+}
+
+// Leaser is implemented by stores that can lease part of a policy's
+// quota to a caller that spends it over a while (WithLease).
+type Leaser interface {
+	// Lease grants, as TakeUpTo does, the largest cost ≤ req.Cost that
+	// every limit of every key can admit now, counting everything
+	// recorded, leases still ahead included, and records it as spent at
+	// now + hold: its caller may spend it at any time until then. A
+	// window limit counts it until hold + Period from now, and a token
+	// bucket takes it at now + hold, so its caller's spending never
+	// passes a limit in true time, whatever holds other callers lease
+	// with, and with the callers that take as they spend (hold 0 is
+	// TakeUpTo). Only counters that keep places in line can be leased: a
+	// policy that reserves (Policy.Reserves), and the counters a Limiter
+	// leases a WithLease policy under (store/storekit.LeaseCounters);
+	// other policies, a hold below 0 or above MaxSpan, and a policy with
+	// a Concurrent limit are refused (ErrInvalidRequest). The receipt
+	// refunds and settles the lease as any charge.
+	Lease(ctx context.Context, req Request, hold time.Duration) (Decision, error)
 }
 
 // FallbackStore is implemented by a Store that can fail, such as the Redis

@@ -29,6 +29,9 @@ var (
 	// CheckDecision reports a ratelimit.Decision that points outside its
 	// ratelimit.Request.
 	CheckDecision func(decision, request any) error
+	// LeaseCounters returns the *ratelimit.Policy a Limiter leases a
+	// leased *ratelimit.Policy's quota under, or a nil one.
+	LeaseCounters func(policy any) any
 	// SetClock gives a *ratelimit.Limiter the clock it reads and the
 	// sleep it waits with (holding, Wait), so that a simulation moves its
 	// own clock instead of sleeping.

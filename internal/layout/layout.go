@@ -83,6 +83,11 @@ type Policy struct {
 	// Reserves reports whether every limit can record an admission in
 	// the future (a Log or a Token): a place in line can be reserved.
 	Reserves bool
+	// Pending reports that an identity may hold places in line: the
+	// policy reserves, or its counters are a leased policy's, whose
+	// leases are recorded ahead of now (ratelimit.Leaser). Both stores
+	// then read them with every call.
+	Pending bool
 	// IDTTL is how long a request ID is remembered: the longest period.
 	IDTTL int64
 	// Slots reports a Concurrent limit among the limits: a charge holds
@@ -281,5 +286,6 @@ func Compile(limits []Limit, block, smallLog int64) *Policy {
 	}
 	p.MemFields = mem
 	p.TTLMS = (ttl + 999) / 1000
+	p.Pending = p.Reserves
 	return p
 }

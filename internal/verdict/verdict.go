@@ -122,6 +122,11 @@ type Call struct {
 	// nothing: a settle's debt (ratelimit.Settler). A penalty neither
 	// stops it nor starts.
 	Force bool
+	// Hold, µs, > 0 with UpTo: a lease (ratelimit.Leaser). What is granted
+	// is checked now, against everything recorded (leases still ahead
+	// included), and recorded as spent at now + Hold, a place in line
+	// that is never waited for.
+	Hold int64
 }
 
 // Validate reports a request a store must refuse (storekit.Validate), or a
@@ -133,13 +138,48 @@ func Validate(req ratelimit.Request, o Call) error {
 	if o.UpTo && req.Cost < 1 {
 		return fmt.Errorf("ratelimit/store: %w: TakeUpTo with cost %d, want at least 1", ratelimit.ErrInvalidRequest, req.Cost)
 	}
+	if o.Hold < 0 || o.Hold > layout.MaxSpanUS {
+		return fmt.Errorf("ratelimit/store: %w: a lease's hold of %dµs, want 0 to %s", ratelimit.ErrInvalidRequest, o.Hold, ratelimit.MaxSpan)
+	}
+	if o.Hold > 0 {
+		lay := bridge.Layout(req.Policy)
+		if !lay.Pending {
+			return fmt.Errorf("ratelimit/store: %w: policy %q cannot be leased: its counters keep no places in line (a Limiter leases a policy built WithLease under counters of their own: storekit.LeaseCounters)", ratelimit.ErrInvalidRequest, req.Policy.Name())
+		}
+		for i, l := range lay.Limits {
+			if !Leasable(l.Kind) {
+				return fmt.Errorf("ratelimit/store: %w: policy %q cannot be leased: limit %d is neither a sliding window, a sliding log nor a token bucket", ratelimit.ErrInvalidRequest, req.Policy.Name(), i+1)
+			}
+		}
+	}
 	return nil
+}
+
+// Leasable reports whether a limit counted as k can record a lease ahead
+// of now (Call.Hold): a log, sub-buckets or a token bucket, which count a
+// unit from the time it is recorded at. An aligned window would count it
+// in the window of that time, not in that of its spending.
+func Leasable(k layout.Kind) bool {
+	return k == layout.Log || k == layout.Buckets || k == layout.Token
 }
 
 // ReserveUS converts a reservation's maximum delay to µs, bounded by
 // ratelimit.MaxSpan.
 func ReserveUS(d time.Duration) int64 {
 	return min(max(d, 0), ratelimit.MaxSpan).Microseconds()
+}
+
+// HoldUS converts a lease's hold to µs (ratelimit.Leaser): a negative one
+// stays negative, for Validate to refuse; one past ratelimit.MaxSpan, one
+// µs past it.
+func HoldUS(d time.Duration) int64 {
+	if d > ratelimit.MaxSpan {
+		return layout.MaxSpanUS + 1
+	}
+	if d < 0 {
+		return -1
+	}
+	return (d + time.Microsecond - 1).Microseconds()
 }
 
 // Charge returns what a refund of r needs from a receipt of this module's

@@ -56,9 +56,11 @@ const DefaultMaxHold = time.Second
 // closest to expiry among a few sampled goes first. Keys longer than 128
 // bytes are held as a 128-bit hash, as the stores hold them. Safe for
 // concurrent use. It forwards the optional operations (Reset, Refund,
-// Settle, Release, Renew, Reserve, TakeUpTo) to the wrapped store, and returns an error wrapping
+// Settle, Release, Renew, Reserve, TakeUpTo, Lease) to the wrapped store, and returns an error wrapping
 // errors.ErrUnsupported when that store lacks one; it names the wrapped
 // store's fallback (Fallback) as its own.
+var _ ratelimit.Leaser = (*Cache)(nil)
+
 type Cache struct {
 	inner   ratelimit.Store
 	now     func() time.Time
@@ -356,6 +358,16 @@ func (c *Cache) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.
 		return ratelimit.Decision{}, unsupported("TakeUpTo", c.inner)
 	}
 	d, err := g.TakeUpTo(ctx, req)
+	return c.after(req, d, err, false)
+}
+
+// Lease implements ratelimit.Leaser (the cache is not consulted).
+func (c *Cache) Lease(ctx context.Context, req ratelimit.Request, hold time.Duration) (ratelimit.Decision, error) {
+	l, ok := c.inner.(ratelimit.Leaser)
+	if !ok {
+		return ratelimit.Decision{}, unsupported("Lease", c.inner)
+	}
+	d, err := l.Lease(ctx, req, hold)
 	return c.after(req, d, err, false)
 }
 

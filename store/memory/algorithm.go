@@ -45,7 +45,7 @@ func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
 			e.retry = free - t
 		}
 	case layout.Buckets:
-		w, n1 := p.Width, p.N+1
+		w, n1, pend := p.Width, p.N+1, k.pend
 		k, h := t/w, st[layout.MemTime]/w
 		cnt, lat := st[p.Mem+1:p.Mem+1+int(n1)], st[p.Mem+1+int(n1):p.Mem+1+2*int(n1)]
 		if k-h < n1 {
@@ -60,22 +60,39 @@ func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
 				e.used -= cnt[s]
 			}
 		}
+		// Places in line (leases recorded ahead) are newer than every
+		// sub-bucket: each counts until its time + Period.
+		for _, r := range pend {
+			if r.at+p.Period > t {
+				e.used += r.cost
+			}
+		}
 		e.avail = max(p.Capacity-e.used, 0) // a settle's debt or a lower rate can count more
 		switch {
 		case c > p.Capacity:
 			e.retry = -1
 		case e.used+c > p.Capacity:
 			// Counted buckets, oldest first, free up one Period after their
-			// latest admission: k-n (unless it left already) .. h.
+			// latest admission: k-n (unless it left already) .. h; then
+			// the places in line, at their time + Period.
 			need, freed := e.used+c-p.Capacity, int64(0)
-			for b := k - p.N; b <= h; b++ {
+			for b := k - p.N; b <= h && e.retry == 0; b++ {
 				s := b % n1
 				if cnt[s] == 0 || b == k-p.N && lat[s] <= t-k*w {
 					continue
 				}
 				if freed += cnt[s]; freed >= need {
 					e.retry = (b+p.N)*w + lat[s] - t
+				}
+			}
+			for _, r := range pend {
+				if e.retry != 0 {
 					break
+				}
+				if r.at+p.Period > t {
+					if freed += r.cost; freed >= need {
+						e.retry = r.at + p.Period - t
+					}
 				}
 			}
 		}
@@ -93,8 +110,10 @@ func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
 	case layout.Token:
 		// In the interval the TAT was written in, against this policy's
 		// burst (internal/layout's token.go).
+		// A lease is charged at its stamp: the TAT it starts from is no
+		// earlier.
 		w := tokenWidth(st, p)
-		e.used = max(tokenTAT(k, p), t)
+		e.used = max(tokenTAT(k, p), t, k.stamp)
 		limit := layout.TokenRoom(p.Capacity, w)
 		if x := limit - (e.used - t); x > 0 {
 			e.avail = x / w
@@ -102,8 +121,9 @@ func evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
 		// A cost up to the burst always fits a full bucket: its room (a
 		// burst × interval at most MaxSpanUS, as NewPolicy checks, or
 		// held to it in another policy's interval) is no less than the
-		// cost's.
-		if c > p.Capacity {
+		// cost's. A lease takes the hold besides: one whose hold and cost
+		// pass a full bucket of this limit never fits.
+		if c > p.Capacity || k.stamp > 0 && (k.stamp-t)+layout.TokenRoom(c, p.Width) > layout.TokenRoom(p.Capacity, p.Width) {
 			e.retry = -1
 		} else if next := (e.used - t) + layout.TokenRoom(c, w); next > limit {
 			e.retry = next - limit
@@ -143,20 +163,30 @@ func slotLapse(t, w, prev int64) int64 {
 }
 
 // report computes the remaining cost and the time until the whole quota is
-// back for one limit evaluated at t (e), after charging ch at t.
-func report(k *counters, t int64, p *layout.Limit, e *eval, ch int64) (rem, reset int64) {
+// back for one limit evaluated at t (e), after charging ch recorded at at
+// (t, or a lease's stamp).
+func report(k *counters, t int64, p *layout.Limit, e *eval, ch, at int64) (rem, reset int64) {
 	st := k.st
 	rem = e.avail - ch
 	switch p.Kind {
 	case layout.Log:
 		newest := logUnit(k, p, p.Capacity-1)
 		if ch > 0 {
-			newest = max(newest, t)
+			newest = max(newest, at)
 		}
 		reset = max(newest+p.Period-t, 0)
 	case layout.Buckets:
+		// The newest that counts: the charge, or a place in line (newer
+		// than every sub-bucket), else a sub-bucket.
+		newest := int64(-1)
+		if n := len(k.pend); n > 0 {
+			newest = k.pend[n-1].at
+		}
 		if ch > 0 {
-			return rem, p.Period // its latest admission is now
+			newest = max(newest, at)
+		}
+		if newest >= 0 {
+			return rem, max(newest+p.Period-t, 0)
 		}
 		w, n1 := p.Width, p.N+1
 		k, h := t/w, st[layout.MemTime]/w
@@ -177,7 +207,7 @@ func report(k *counters, t int64, p *layout.Limit, e *eval, ch int64) (rem, rese
 		}
 	case layout.Token:
 		w := tokenWidth(k.st, p)
-		ahead := (e.used - t) + ch*w // the TAT after the charge, from t
+		ahead := (tokenAfter(k, t, p, e, ch) - t) + ch*w // the TAT after the charge, from t
 		rem = 0
 		if x := layout.TokenRoom(p.Capacity, w) - ahead; x > 0 {
 			rem = x / w
@@ -206,28 +236,36 @@ func report(k *counters, t int64, p *layout.Limit, e *eval, ch int64) (rem, rese
 	return rem, reset
 }
 
-// refill returns how long, after charging ch at t, the limit admits no
-// more than rem, what remains: until the first of its quota comes back, if
-// nothing more is charged. It may say less, never more (the approximation
-// says a microsecond less). With its whole quota there, it is how long the
-// limit admits no more than it.
+// refill returns how long, after charging ch at t (or a lease at its
+// stamp), the limit admits no more than rem, what remains: until the
+// first of its quota comes back, if nothing more is charged. It may say
+// less, never more (the approximation says a microsecond less). With its
+// whole quota there, it is how long the limit admits no more than it.
 func refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64 {
 	st, w := k.st, p.Width
 	if p.Kind == layout.Concurrent {
 		return 0 // a slot frees when a request ends: no claim
 	}
-	if (p.Kind == layout.Log || p.Kind == layout.Token) && len(k.pend) > 0 && k.pend[len(k.pend)-1].at > t {
-		// Places in line released after t: a charge before a release can
-		// leave what the release will find as it was, so what is left
-		// does not fall one unit per unit charged; no claim is made.
+	ahead := len(k.pend) > 0 && k.pend[len(k.pend)-1].at > t
+	if ahead && (k.reserves || p.Kind == layout.Token) || p.Kind == layout.Token && k.stamp > 0 {
+		// Places in line released after t (reservations; for a token
+		// bucket, leases too): a charge before a release can leave what
+		// the release will find as it was, so what is left does not fall
+		// one unit per unit charged; no claim is made. (A window counts
+		// a lease ahead from its stamp, as any charge.)
 		return 0
 	}
+	// A window's first unit to leave is its oldest counted one, or one
+	// charged from t on, leases ahead included, which leaves a Period
+	// after t at the earliest.
+	first := t
+	leaves := func() int64 { return first + p.Period - t }
 	switch p.Kind {
 	case layout.Log:
 		if e.avail < p.Capacity {
-			return logUnit(k, p, e.avail) + p.Period - t // its oldest counted unit leaves
+			first = min(first, logUnit(k, p, e.avail)) // its oldest counted unit
 		}
-		return p.Period
+		return leaves()
 	case layout.Buckets:
 		// The oldest sub-bucket still counting leaves first, whole; with
 		// none, what is charged now leaves after Period. When it is
@@ -240,24 +278,31 @@ func refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64
 		// (a client told r=0 needs t).
 		n1 := p.N + 1
 		kk, h := t/w, st[layout.MemTime]/w
-		if kk-h >= n1 {
-			return p.Period
-		}
-		cnt, lat := st[p.Mem+1:p.Mem+1+int(n1)], st[p.Mem+1+int(n1):p.Mem+1+2*int(n1)]
-		for b := kk - p.N; b <= h; b++ {
-			s := b % n1
-			if cnt[s] != 0 && (b != kk-p.N || lat[s] > t-kk*w) {
-				if b > kk-p.N+1 && b != kk && rem > 0 {
-					return min((kk+2)*w-t, p.Period)
+		if kk-h < n1 {
+			cnt, lat := st[p.Mem+1:p.Mem+1+int(n1)], st[p.Mem+1+int(n1):p.Mem+1+2*int(n1)]
+			for b := kk - p.N; b <= h; b++ {
+				s := b % n1
+				if cnt[s] != 0 && (b != kk-p.N || lat[s] > t-kk*w) {
+					if b > kk-p.N+1 && b != kk && rem > 0 {
+						return min((kk+2)*w-t, p.Period)
+					}
+					return (b+p.N)*w + lat[s] - t
 				}
-				return (b+p.N)*w + lat[s] - t
 			}
 		}
-		return p.Period
+		// No sub-bucket counts: the oldest place in line that does
+		// (released by t, not yet folded), or one charged from t.
+		for _, r := range k.pend {
+			if r.at+p.Period > t {
+				first = min(first, r.at)
+				break
+			}
+		}
+		return leaves()
 	case layout.Token:
 		tw := tokenWidth(st, p)
 		room := layout.TokenRoom(p.Capacity, tw)
-		x := room - ((e.used - t) + ch*tw) // the room the bucket has, µs
+		x := room - ((tokenAfter(k, t, p, e, ch) - t) + ch*tw) // the room the bucket has, µs
 		if x >= room {
 			return w // full: a token comes back one interval after one is used
 		}
@@ -281,23 +326,8 @@ func refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64
 // set by the caller once every limit is charged.
 func charge(st []int64, t int64, p *layout.Limit, e *eval, c int64) {
 	switch p.Kind {
-	case layout.Log, layout.Token:
+	case layout.Log, layout.Token, layout.Buckets:
 		chargeUnits(st, t, p, c)
-	case layout.Buckets:
-		w, n1 := p.Width, p.N+1
-		k, h := t/w, st[layout.MemTime]/w
-		cnt, lat := st[p.Mem+1:p.Mem+1+int(n1)], st[p.Mem+1+int(n1):p.Mem+1+2*int(n1)]
-		if k-h >= n1 {
-			clear(cnt)
-			clear(lat)
-		} else {
-			for b := h + 1; b <= k; b++ {
-				cnt[b%n1], lat[b%n1] = 0, 0
-			}
-		}
-		cnt[k%n1] += c
-		lat[k%n1] = t - k*w
-		st[p.Mem] = e.total + c
 	case layout.Fixed:
 		st[p.Mem] = t / p.Width
 		st[p.Mem+1] = e.used + c
@@ -355,5 +385,47 @@ func refund(st []int64, now, at int64, p *layout.Limit, c, tat int64, sameGen bo
 		case k + 1:
 			st[p.Mem+2] -= min(c, st[p.Mem+2])
 		}
+	}
+}
+
+// tokenAfter is the TAT, before the charge ch, that a token bucket
+// evaluated at t (e) reports from: the one it charged from, or, when
+// nothing was charged, the one any request sees (a lease's stamp pushed
+// its own, which says what a lease could get, not what the bucket holds).
+func tokenAfter(k *counters, t int64, p *layout.Limit, e *eval, ch int64) int64 {
+	if ch > 0 {
+		return e.used
+	}
+	return max(tokenTAT(k, p), t)
+}
+
+// chargeBuckets adds c units at time t to sub-buckets: the ring moves to
+// t's (advanceBuckets), which takes the units, t its latest admission.
+func chargeBuckets(st []int64, t int64, p *layout.Limit, c int64) {
+	advanceBuckets(st, t, p)
+	w, n1 := p.Width, p.N+1
+	k := t / w
+	st[p.Mem+1+int(k%n1)] += c
+	st[p.Mem+1+int(n1)+int(k%n1)] = t - k*w
+	st[p.Mem] += c
+}
+
+// advanceBuckets moves a sub-bucket ring from the last charge's sub-bucket
+// (layout.MemTime) to t's: the sub-buckets it passes, t's included, are
+// cleared and leave its sum. Every charge that moves layout.MemTime moves
+// the rings first, so that they always hold the sub-buckets up to it.
+func advanceBuckets(st []int64, t int64, p *layout.Limit) {
+	w, n1 := p.Width, p.N+1
+	k, h := t/w, st[layout.MemTime]/w
+	cnt, lat := st[p.Mem+1:p.Mem+1+int(n1)], st[p.Mem+1+int(n1):p.Mem+1+2*int(n1)]
+	if k-h >= n1 {
+		clear(cnt)
+		clear(lat)
+		st[p.Mem] = 0
+		return
+	}
+	for b := h + 1; b <= k; b++ {
+		st[p.Mem] -= cnt[b%n1]
+		cnt[b%n1], lat[b%n1] = 0, 0
 	}
 }

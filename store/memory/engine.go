@@ -17,7 +17,7 @@ type keyState struct {
 	t0      int64            // max(now, its last charge): a key is never evaluated earlier
 	t       int64            // the time it is evaluated at: t0, or a reservation's release time
 	skew    int64            // t0 - now when the clock stepped back, else 0
-	at      int64            // when it was charged (t: t0, or the reservation's release time)
+	at      int64            // when it was charged: t (t0, or the reservation's release time), or a lease's stamp
 	stats   []verdict.Status // one per limit, set by run (the caller gives the room)
 	charged bool
 	blocked bool    // a penalty was set or is running: the state changed though not charged
@@ -38,6 +38,7 @@ type outcome struct {
 // reply reports it.
 func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64, o verdict.Call) outcome {
 	block := pol.BlockFor().Microseconds()
+	reserves := bridge.Layout(pol).Reserves
 	c1 := o.Cost
 	if c1 == 0 {
 		c1 = 1 // a peek asks whether a request of cost 1 would fit
@@ -47,6 +48,10 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 	for _, k := range keys {
 		k.t0 = max(now, k.st[layout.MemTime])
 		k.t, k.skew = k.t0, k.t0-now
+		k.reserves, k.stamp = reserves, 0
+		if o.Hold > 0 {
+			k.stamp = k.t0 + o.Hold // a lease: checked at t0, recorded ahead
+		}
 		if k.drained(lim, k.t0) {
 			k.forget(lim)
 		}
@@ -99,7 +104,7 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 		allowed, blockedAny = true, false
 	}
 	var release int64
-	if !allowed && o.MaxDelay > 0 && o.Cost > 0 && !o.UpTo && !blockedAny && !queueFull && bridge.Layout(pol).Reserves {
+	if !allowed && o.MaxDelay > 0 && o.Cost > 0 && !o.UpTo && !blockedAny && !queueFull && reserves {
 		// Reserve: the request is admitted when the last limit has room.
 		release = now
 		never := false
@@ -134,7 +139,7 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 		granted = 0
 	}
 	for ki, k := range keys {
-		if charged > 0 && k.t == k.t0 && k.retime(lim, k.t0) {
+		if charged > 0 && k.t == k.t0 && k.stamp == 0 && k.retime(lim, k.t0) {
 			// A token bucket of another interval, rewritten in its
 			// limit's: reported and charged as it now stands.
 			for i := range lim {
@@ -144,28 +149,40 @@ func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64,
 				}
 			}
 		}
+		// A lease's charge is recorded at its stamp, else at t.
+		k.at = k.t
+		if k.stamp > 0 {
+			k.at = k.stamp
+		}
 		for i := range lim {
 			if o.Force {
 				k.stats[i] = verdict.Status{} // a debt reports nothing
 				continue
 			}
 			e := &evs[ki][i]
-			rem, reset := report(&k.counters, k.t, &lim[i], e, charged)
+			rem, reset := report(&k.counters, k.t, &lim[i], e, charged, k.at)
 			k.stats[i] = verdict.Status{Rem: rem, Reset: reset, Refill: refill(&k.counters, k.t, &lim[i], e, charged, rem), Retry: e.retry}
 		}
-		k.at = k.t
 		if charged > 0 {
-			// Reservations released by t0 join the fields first, so that
+			// Places in line released by t0 join the fields first, so that
 			// the fields hold every charge up to t0, in order of time.
 			k.fold(lim, k.t0)
-			if k.t > k.t0 {
-				// A place in line: pending until a charge at or after its
-				// release folds it in. A token bucket's mark is the least
-				// its TAT can be right after it (see refund).
-				k.reserve(k.t, charged)
+			if k.at > k.t0 {
+				// A place in line (a reservation's, or a lease's): pending
+				// until a charge at or after its time folds it in. A token
+				// bucket's mark is the least its TAT can be right after it
+				// (see refund).
+				if k.stamp > 0 {
+					k.at = k.place(k.at, charged)
+				} else {
+					k.reserve(k.at, charged)
+				}
 				for i := range lim {
+					if lim[i].Kind == layout.Buckets {
+						advanceBuckets(k.st, k.t0, &lim[i]) // they hold the sub-buckets up to t0
+					}
 					if lim[i].Kind == layout.Token {
-						k.tats[i] = k.t + charged*lim[i].Width
+						k.tats[i] = k.at + charged*lim[i].Width
 						// A place in line counts in the interval the bucket
 						// was written in: one never written takes this one's.
 						if k.st[lim[i].Mem+1] == 0 {

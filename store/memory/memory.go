@@ -17,6 +17,7 @@ import (
 
 var _ storekit.Complete = (*Store)(nil)
 var _ storekit.Local = (*Store)(nil)
+var _ ratelimit.Leaser = (*Store)(nil)
 
 // Store is an in-process ratelimit.Store: the same algorithms and decisions as
 // Redis, for a single server, for tests, and as the fallback when Redis
@@ -25,7 +26,8 @@ var _ storekit.Local = (*Store)(nil)
 // atomic like the Redis script. Idle identities are evicted once their
 // counters have expired (after the policy's TTL), swept as the store is
 // used; no goroutine runs in the background. It implements every optional
-// operation (Reset, Refund, Reserve, TakeUpTo) and request IDs.
+// operation (Reset, Refund, Settle, Reserve, TakeUpTo, Lease, Release)
+// and request IDs.
 type Store struct {
 	now     func() time.Time
 	seed    maphash.Seed
@@ -139,6 +141,11 @@ func (m *Store) Reserve(ctx context.Context, req ratelimit.Request, maxDelay tim
 // TakeUpTo implements ratelimit.Granter.
 func (m *Store) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	return m.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true})
+}
+
+// Lease implements ratelimit.Leaser.
+func (m *Store) Lease(ctx context.Context, req ratelimit.Request, hold time.Duration) (ratelimit.Decision, error) {
+	return m.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true, Hold: verdict.HoldUS(hold)})
 }
 
 // lockKeys locks the shards of keys in ascending order, each once: it
@@ -313,7 +320,7 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 				if old := sh.ids[ik]; old == nil || old.expires <= now {
 					m.bound(sh, now)
 					sh.ids[ik] = &idRecord{expires: now + req.Policy.MaxPeriod().Microseconds(),
-						granted: out.granted, at: k.at, stats: slices.Clone(k.stats)}
+						granted: out.granted, at: k.t, stats: slices.Clone(k.stats)}
 				}
 			}
 		}

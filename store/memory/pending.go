@@ -21,14 +21,25 @@ type counters struct {
 	st   []int64
 	pend []reservation // in order of release
 	held int64         // the units pend holds
+	// stamp is, for a lease (verdict.Call.Hold), the time its charge is
+	// recorded at, ahead of the time it is evaluated at; 0 otherwise.
+	stamp int64
+	// reserves: the policy reserves places in line (layout.Policy.Reserves),
+	// so pend may hold reservations; else it holds only leases.
+	reserves bool
 }
 
-// chargeUnits adds c units at time t to a log or a token bucket, from its
-// fields alone: a charge made now, or a reservation folded in.
+// chargeUnits adds c units at time t to a log, a token bucket or
+// sub-buckets, from its fields alone: a charge made now, or a place in
+// line folded in.
 func chargeUnits(st []int64, t int64, p *layout.Limit, c int64) {
-	if p.Kind == layout.Token {
+	switch p.Kind {
+	case layout.Token:
 		w := tokenWidth(st, p)
 		st[p.Mem], st[p.Mem+1] = layout.TokenCharge(st[p.Mem], t, c, w), w
+		return
+	case layout.Buckets:
+		chargeBuckets(st, t, p, c)
 		return
 	}
 	// Units past the ring's size (a settle's debt) would overwrite slots
@@ -137,6 +148,31 @@ func logUnit(k *counters, p *layout.Limit, i int64) int64 {
 	return math.MaxInt64 // not reached: i < capacity
 }
 
+// place records a lease's c units at time t, a place in line, and
+// returns the time they are recorded at: t, or, when the identity keeps
+// as many places as it may, a later one: merged into the first place at
+// or after t, or, when all lie before it, with the latest one, moved to
+// t. A unit recorded later counts longer: never less than it should. The
+// receipts of a place moved find it no more, and give nothing back (see
+// Refund).
+func (k *counters) place(t, c int64) int64 {
+	if len(k.pend) >= maxPending {
+		for i, r := range k.pend {
+			if r.at >= t {
+				k.pend[i].cost += c
+				k.held += c
+				return r.at
+			}
+		}
+		last := &k.pend[len(k.pend)-1]
+		last.at, last.cost = t, last.cost+c
+		k.held += c
+		return t
+	}
+	k.reserve(t, c)
+	return t
+}
+
 // reserve records a reservation of cost c released at t, in order of
 // release (after those released at the same time, with which it merges).
 func (k *counters) reserve(t, c int64) {
@@ -152,8 +188,9 @@ func (k *counters) reserve(t, c int64) {
 	k.held += c
 }
 
-// fold charges the pending reservations released by t into the fields,
-// in order of release, before a charge at t.
+// fold charges the places in line released by t into the fields, in
+// order of release, before a charge at t: the time of the last charge
+// (layout.MemTime) moves to each, as sub-buckets read it.
 func (k *counters) fold(lim []layout.Limit, t int64) {
 	n := 0
 	for n < len(k.pend) && k.pend[n].at <= t {
@@ -161,6 +198,7 @@ func (k *counters) fold(lim []layout.Limit, t int64) {
 		for i := range lim {
 			chargeUnits(k.st, r.at, &lim[i], r.cost)
 		}
+		k.st[layout.MemTime] = max(k.st[layout.MemTime], r.at)
 		k.held -= r.cost
 		n++
 	}

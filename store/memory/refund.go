@@ -74,6 +74,13 @@ func (m *Store) Refund(ctx context.Context, r ratelimit.Receipt) error {
 			e.pend = k.pend
 			continue
 		}
+		if at > e.f[layout.MemTime] {
+			// A place in line no longer where it was (a lease moved later
+			// when the line was full: place): its units count, later than
+			// they were recorded, and are not told apart from the place's
+			// others. Nothing is given back.
+			continue
+		}
 		use := storedLayout(lay, []*memEntry{e}) // see do
 		if e.lay != use && !sameRings(e.lay, use) {
 			e.f = relayout(e.f, e.lay, use)

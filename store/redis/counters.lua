@@ -98,6 +98,7 @@ local function evaluate(s, key, j, t, c)
     local n, off = P[j + P_N], P[j + P_HASH]
     local n1 = n + 1
     local k, h = floor(t / w), floor(s[I_TIME] / w)
+    local per = P[j + P_PERIOD]
     if k - h < n1 then
       bload(s, key, j, h + 1, k + 1)
       total = s[off]
@@ -105,6 +106,11 @@ local function evaluate(s, key, j, t, c)
       used = total
       local es = off + 1 + (k + 1) % n1
       if s[es] ~= 0 and s[-es] <= t - k * w then used = used - s[es] end
+    end
+    -- Places in line (leases recorded ahead) are newer than every
+    -- sub-bucket: each counts until its time + Period.
+    for q = 1, #s.qa do
+      if s.qa[q] + per > t then used = used + s.qc[q] end
     end
     avail = cap - used
     if avail < 0 then avail = 0 end -- a settle's debt or a lower rate can count more
@@ -123,6 +129,13 @@ local function evaluate(s, key, j, t, c)
           end
         end
       end
+      for q = 1, #s.qa do
+        if retry ~= 0 then break end
+        if s.qa[q] + per > t then
+          freed = freed + s.qc[q]
+          if freed >= need then retry = s.qa[q] + per - t end
+        end
+      end
     end
   elseif kind == K_FIXED then
     local off = P[j + P_HASH]
@@ -136,15 +149,18 @@ local function evaluate(s, key, j, t, c)
     end
   elseif kind == K_TOKEN then
     -- In the interval the TAT was written in, against this burst.
+    -- A lease is charged at its stamp: the TAT it starts from is no
+    -- earlier.
     w = tw(s, j)
     used = tat(s, j)
     if used < t then used = t end
+    if s.stamp and used < s.stamp then used = s.stamp end
     local limit = troom(cap, w)
     local x = limit - (used - t)
     if x > 0 then avail = floor(x / w) end
-    -- A cost up to the burst always fits a full bucket (store/memory's
-    -- evaluate).
-    if c > cap then
+    -- A cost up to the burst always fits a full bucket, and a lease whose
+    -- hold and cost pass the room never does (store/memory's evaluate).
+    if c > cap or (s.stamp and (s.stamp - t) + troom(c, P[j + P_WIDTH]) > troom(cap, P[j + P_WIDTH])) then
       retry = -1
     else
       local nx = (used - t) + troom(c, w)
@@ -170,18 +186,37 @@ local function evaluate(s, key, j, t, c)
   return used, total, avail, retry
 end
 
+-- tafter is the TAT, before the charge ch, that a token bucket evaluated
+-- at t (used) reports from (store/memory's tokenAfter): the one it
+-- charged from, or, when nothing was charged, the one any request sees.
+local function tafter(s, j, t, used, ch)
+  if ch > 0 then return used end
+  local x = tat(s, j)
+  if x < t then x = t end
+  return x
+end
+
 -- report returns the remaining cost and the time until the whole quota is
--- back, after charging ch at t.
-local function report(s, key, j, t, used, total, avail, ch)
+-- back, after charging ch recorded at at (t, or a lease's stamp).
+local function report(s, key, j, t, used, total, avail, ch, at)
   local kind, w = P[j + P_KIND], P[j + P_WIDTH]
   local rem, reset = avail - ch, 0
   if kind == K_LOG then
     local newest = lunit(s, key, j, P[j + P_CAP] - 1)
-    if ch > 0 and t > newest then newest = t end
+    if ch > 0 and at > newest then newest = at end
     reset = newest + P[j + P_PERIOD] - t
     if reset < 0 then reset = 0 end
   elseif kind == K_BUCKETS then
-    if ch > 0 then return rem, P[j + P_PERIOD] end
+    -- The newest that counts: the charge, or a place in line (newer than
+    -- every sub-bucket), else a sub-bucket.
+    local newest = -1
+    if #s.qa > 0 then newest = s.qa[#s.qa] end
+    if ch > 0 and at > newest then newest = at end
+    if newest >= 0 then
+      reset = newest + P[j + P_PERIOD] - t
+      if reset < 0 then reset = 0 end
+      return rem, reset
+    end
     if used == 0 then return rem, 0 end -- no counted bucket holds any cost
     local n, off = P[j + P_N], P[j + P_HASH]
     local n1 = n + 1
@@ -207,7 +242,7 @@ local function report(s, key, j, t, used, total, avail, ch)
     end
   elseif kind == K_TOKEN then
     w = tw(s, j)
-    local ahead = (used - t) + ch * w -- the TAT after the charge, from t
+    local ahead = (tafter(s, j, t, used, ch) - t) + ch * w -- the TAT after the charge, from t
     rem = 0
     local x = troom(P[j + P_CAP], w) - ahead
     if x > 0 then rem = floor(x / w) end
@@ -223,21 +258,40 @@ local function report(s, key, j, t, used, total, avail, ch)
   return rem, reset
 end
 
--- refill returns how long, after charging ch at t, the limit admits no
--- more than rem (see store/memory's refill).
+-- refill returns how long, after charging ch at t (or a lease at its
+-- stamp), the limit admits no more than rem (see store/memory's refill).
 local function refill(s, key, j, t, used, total, avail, ch, rem)
   local kind, w, cap = P[j + P_KIND], P[j + P_WIDTH], P[j + P_CAP]
   if kind == K_CONC then return 0 end -- a slot frees when a request ends: no claim
   local k = floor(t / w)
-  -- Places in line released after t: no claim (store/memory's refill).
-  if (kind == K_LOG or kind == K_TOKEN) and s.qa and #s.qa > 0 and s.qa[#s.qa] > t then return 0 end
+  -- Places in line released after t (reservations; for a token bucket,
+  -- leases too): no claim (store/memory's refill).
+  local ahead = s.qa and #s.qa > 0 and s.qa[#s.qa] > t
+  if (ahead and (RES or kind == K_TOKEN)) or (kind == K_TOKEN and s.stamp) then return 0 end
+  -- A window's first unit to leave is its oldest counted one, or one
+  -- charged from t on, leases ahead included (store/memory's refill).
+  local first = t
   if kind == K_LOG then
-    if avail < cap then return lunit(s, key, j, avail) + P[j + P_PERIOD] - t end
-    return P[j + P_PERIOD]
+    if avail < cap then
+      local u = lunit(s, key, j, avail)
+      if u < first then first = u end
+    end
+    return first + P[j + P_PERIOD] - t
   elseif kind == K_BUCKETS then
     local n, off = P[j + P_N], P[j + P_HASH]
     local n1, h = n + 1, floor(s[I_TIME] / w)
-    if k - h >= n1 then return P[j + P_PERIOD] end
+    -- No sub-bucket counting: the oldest place in line that does
+    -- (released by t, not yet folded), or one charged from t.
+    local function lines()
+      for q = 1, #s.qa do
+        if s.qa[q] + P[j + P_PERIOD] > t then
+          if s.qa[q] < first then first = s.qa[q] end
+          break
+        end
+      end
+      return first + P[j + P_PERIOD] - t
+    end
+    if k - h >= n1 then return lines() end
     if rem > 0 then
       -- The loop below would stop at the edge sub-bucket, the one after
       -- it or the current one, or else at the first of those between,
@@ -259,7 +313,7 @@ local function refill(s, key, j, t, used, total, avail, ch, rem)
       end
       if between > 0 then return math.min((k + 2) * w - t, P[j + P_PERIOD]) end
       if cur ~= 0 and s[cur] ~= 0 then return (k + n) * w + s[-cur] - t end
-      return P[j + P_PERIOD]
+      return lines()
     end
     bload(s, key, j, k - n, h)
     for b = k - n, h do
@@ -272,11 +326,11 @@ local function refill(s, key, j, t, used, total, avail, ch, rem)
         return (b + n) * w + s[-x] - t
       end
     end
-    return P[j + P_PERIOD]
+    return lines()
   elseif kind == K_TOKEN then
     local v = tw(s, j)
     local room = troom(cap, v)
-    local x = room - ((used - t) + ch * v)
+    local x = room - ((tafter(s, j, t, used, ch) - t) + ch * v)
     if x >= room then return w end
     return (rem + 1) * v - x
   elseif kind == K_APPROX then
@@ -290,11 +344,56 @@ local function refill(s, key, j, t, used, total, avail, ch, rem)
   return (k + 1) * w - t
 end
 
+-- badvance appends the changed field, value pairs of a sub-bucket ring
+-- moved from the last charge's sub-bucket (s[I_TIME]) to t's: the
+-- sub-buckets it passes, t's included, are cleared and leave its sum
+-- (store/memory's advanceBuckets).
+local function badvance(s, key, j, t, out, o)
+  local w, off, n = P[j + P_WIDTH], P[j + P_HASH], P[j + P_N]
+  local n1 = n + 1
+  local k, h = floor(t / w), floor(s[I_TIME] / w)
+  if s[I_TIME] ~= 0 and k <= h then return o end
+  local total = 0
+  if s[I_TIME] ~= 0 and k - h < n1 then
+    bload(s, key, j, h + 1, k)
+    total = s[off]
+    for b = h + 1, k do total = total - s[off + 1 + b % n1] end
+  end
+  local lo = h + 1
+  if lo < k - n then lo = k - n end
+  if s[I_TIME] == 0 then lo = k end -- never charged: no sub-bucket to clear
+  for b = lo, k do
+    local x = off + 1 + b % n1
+    if s[x] ~= 0 then out[o], out[o + 1], o = x, '0', o + 2 end
+    s[x], s[-x] = 0, 0
+  end
+  s[off] = total
+  out[o], out[o + 1] = off, total
+  return o + 2
+end
+
+-- bcharge appends the changed field, value pairs of c units charged at t
+-- to sub-buckets (store/memory's chargeBuckets): the ring moves to t's
+-- (badvance), which takes the units, t its latest admission.
+local function bcharge(s, key, j, t, c, out, o)
+  o = badvance(s, key, j, t, out, o)
+  local w, off, n1 = P[j + P_WIDTH], P[j + P_HASH], P[j + P_N] + 1
+  local k = floor(t / w)
+  local x = off + 1 + k % n1
+  bload(s, key, j, k, k)
+  s[x], s[-x] = s[x] + c, t - k * w
+  s[off] = s[off] + c
+  out[o], out[o + 1] = x, bencode(s[x], s[-x])
+  out[o + 2], out[o + 3] = off, s[off]
+  return o + 4
+end
+
 -- units appends the changed field, value pairs of c units charged at t to
--- a log or a token bucket from its fields alone (a charge now, or a
--- reservation folded in), keeping s up to date.
+-- a log, a token bucket or sub-buckets from its fields alone (a charge
+-- now, or a place in line folded in), keeping s up to date.
 local function units(s, key, j, t, c, out, o)
   local off = P[j + P_HASH]
+  if P[j + P_KIND] == K_BUCKETS then return bcharge(s, key, j, t, c, out, o) end
   if P[j + P_KIND] == K_TOKEN then
     local w = tw(s, j)
     s[off] = tcharge(s[off], t, c, w)
@@ -329,14 +428,16 @@ local function units(s, key, j, t, c, out, o)
   return o + 2
 end
 
--- fold charges the pending reservations released by t into every limit's
--- fields, in order of release, before a charge at t; it reports whether
--- there were any.
+-- fold charges the places in line released by t into every limit's
+-- fields, in order of release, before a charge at t; the time of the last
+-- charge (s[I_TIME]) moves to each, as sub-buckets read it. It reports
+-- whether there were any.
 local function fold(s, key, t, out, o)
   local n = 0
   while n < #s.qa and s.qa[n + 1] <= t do
     n = n + 1
     for i = 0, NL - 1 do o = units(s, key, STRIDE * i, s.qa[n], s.qc[n], out, o) end
+    if s.qa[n] > s[I_TIME] then s[I_TIME] = s.qa[n] end
     s.h = s.h - s.qc[n]
   end
   if n > 0 then
@@ -412,6 +513,26 @@ local function reserve(s, t, c)
   s.h = s.h + c
 end
 
+-- place records a lease's c units at t, a place in line, and returns the
+-- time they are recorded at (store/memory's place): t, or, when the
+-- identity keeps MAXQ places, the first one at or after t (merged), or,
+-- when all lie before it, the latest one's, moved to t.
+local function place(s, t, c)
+  if #s.qa >= MAXQ then
+    for q = 1, #s.qa do
+      if s.qa[q] >= t then
+        s.qc[q], s.h = s.qc[q] + c, s.h + c
+        return s.qa[q]
+      end
+    end
+    local q = #s.qa
+    s.qa[q], s.qc[q], s.h = t, s.qc[q] + c, s.h + c
+    return t
+  end
+  reserve(s, t, c)
+  return t
+end
+
 -- charge appends the changed field, value pairs of one limit charged c at
 -- t (no earlier than any time its fields hold) to out from index o and
 -- returns the next free index.
@@ -420,24 +541,7 @@ local function charge(s, key, j, t, used, total, c, out, o)
   if kind == K_LOG or kind == K_TOKEN then
     return units(s, key, j, t, c, out, o)
   elseif kind == K_BUCKETS then
-    local n, n1 = P[j + P_N], P[j + P_N] + 1
-    local k, h = floor(t / w), floor(s[I_TIME] / w)
-    local lo = h + 1
-    if lo < k - n then lo = k - n end
-    if s[I_TIME] == 0 then lo = k end -- never charged: no sub-bucket to clear
-    for b = lo, k - 1 do
-      local x = off + 1 + b % n1
-      if s[x] ~= 0 then
-        s[x], s[-x] = 0, 0
-        out[o], out[o + 1], o = x, '0', o + 2
-      end
-    end
-    local x = off + 1 + k % n1
-    if k > h then s[x] = 0 else bload(s, key, j, k, k) end
-    s[x], s[-x] = s[x] + c, t - k * w
-    out[o], out[o + 1] = x, bencode(s[x], s[-x])
-    out[o + 2], out[o + 3] = off, total + c
-    return o + 4
+    return bcharge(s, key, j, t, c, out, o)
   elseif kind == K_FIXED then
     out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
     return o + 4

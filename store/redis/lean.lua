@@ -61,7 +61,7 @@ if (OP == 'f' or MULTI) and BAKED then
           m, ib = 5, 5
           f[5] = F_BLOCK
         end
-        if BAKED[Q_RESERVES] == 1 then
+        if BAKED[Q_PENDING] == 1 then
           m = m + 1
           f[m], iq = F_PENDING, m
         end

@@ -15,11 +15,12 @@ end
 
 -- The policy, baked or from ARGV from index a (its header at the
 -- positions Q_*, then STRIDE numbers per limit); a is then past it.
-local TTL, NL, BLOCK, IDTTL, RES, P
+local TTL, NL, BLOCK, IDTTL, RES, PEND, P
 local function policy(src, a)
   local h = a - 1
   TTL, NL, BLOCK, IDTTL = tonumber(src[h + Q_TTL]), tonumber(src[h + Q_LIMITS]), tonumber(src[h + Q_BLOCK]), tonumber(src[h + Q_IDTTL])
   RES = tostring(src[h + Q_RESERVES]) == '1'
+  PEND = tostring(src[h + Q_PENDING]) == '1'
   P = {}
   for i = 1, STRIDE * NL do P[i] = tonumber(src[h + QHEAD + i]) end
   return a + QHEAD + STRIDE * NL

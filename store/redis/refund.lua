@@ -149,6 +149,10 @@ if OP == 'r' then
         end
         redis.call('HSET', key, F_PENDING, qstring(s))
         done = done + 1
+      elseif at > s[I_TIME] then
+        -- A place in line no longer where it was (a lease moved later when
+        -- the line was full: counters.lua's place): nothing is given back
+        -- (store/memory's Refund).
       else
         for j = 0, STRIDE * (NL - 1), STRIDE do
           local kind, off, n = P[j + P_KIND], P[j + P_HASH], 0

@@ -89,10 +89,10 @@ var prelude = func() string {
 		quote(layout.HashBlock, layout.HashBlockLimit, layout.HashGen, layout.HashExpiry, layout.HashResends, layout.HashPending))
 	line([]string{"RIDLEN", "RIDN", "QLEN", "MAXQ", "EPOCH", "MAXREP"},
 		num(layout.ResendIDLen, layout.ResendIDs, layout.PendingDigits, layout.MaxPending, layout.GenEpoch, ratelimit.MaxRepeats))
-	line([]string{"M_UPTO", "M_FORCE"}, quote(modeUpTo, modeForce))
+	line([]string{"M_UPTO", "M_FORCE", "M_LEASE"}, quote(modeUpTo, modeForce, modeLease))
 	line([]string{"RHEAD", "KHEAD", "RLIM", "MARGS"}, num(rHeader, rKeyHead, rPerLimit, multiArgs))
-	line([]string{"Q_TTL", "Q_LIMITS", "Q_BLOCK", "Q_IDTTL", "Q_RESERVES", "QHEAD"},
-		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qHead))
+	line([]string{"Q_TTL", "Q_LIMITS", "Q_BLOCK", "Q_IDTTL", "Q_RESERVES", "Q_PENDING", "QHEAD"},
+		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qPending, qHead))
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
 	line([]string{"XSLACK", "MAXSPAN"}, num(expirySlack, layout.MaxSpanUS))
 	line([]string{"BSEP", "BFMT"}, quote(layout.BucketSep, "%d"+layout.BucketSep+"%d"))
@@ -105,15 +105,18 @@ var generic = goredis.NewScript(prelude + "local BAKED, NAMES = nil, nil\n" + so
 
 // Positions of the policy's header among its numbers (Lua counts from 1),
 // named Q_* in the script's prelude: the TTL (ms), the number of limits,
-// the penalty (µs), the request-ID lifetime (µs) and whether it reserves
-// (1 or 0); qHead numbers in all, then layout.Stride numbers per limit.
+// the penalty (µs), the request-ID lifetime (µs), whether it reserves
+// and whether an identity may hold places in line (layout.Policy's
+// Reserves and Pending; 1 or 0); qHead numbers in all, then
+// layout.Stride numbers per limit.
 const (
 	qTTL = iota + 1
 	qLimits
 	qBlock
 	qIDTTL
 	qReserves
-	qHead = qReserves
+	qPending
+	qHead = qPending
 )
 
 // expirySlack is how far past what its counters need a key's expiry is
@@ -130,6 +133,9 @@ func policyNumbers(lay *layout.Policy) []int64 {
 	head[qTTL-1], head[qLimits-1], head[qBlock-1], head[qIDTTL-1] = lay.TTLMS, int64(len(lay.Limits)), lay.Block, lay.IDTTL
 	if lay.Reserves {
 		head[qReserves-1] = 1
+	}
+	if lay.Pending {
+		head[qPending-1] = 1
 	}
 	return append(head, lay.Params()...)
 }

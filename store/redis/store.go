@@ -13,6 +13,7 @@ import (
 )
 
 var _ storekit.Complete = (*Store)(nil)
+var _ ratelimit.Leaser = (*Store)(nil)
 
 // Store is a ratelimit.Store whose counters live in Redis, shared by every server
 // that uses the same Redis and key prefix. Each Take is one script call
@@ -97,6 +98,12 @@ func (r *Store) Reserve(ctx context.Context, req ratelimit.Request, maxDelay tim
 // refunded before the call returns.
 func (r *Store) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	return r.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true})
+}
+
+// Lease implements ratelimit.Leaser: TakeUpTo, recorded hold ahead. On a
+// Cluster (or Ring), as TakeUpTo.
+func (r *Store) Lease(ctx context.Context, req ratelimit.Request, hold time.Duration) (ratelimit.Decision, error) {
+	return r.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true, Hold: verdict.HoldUS(hold)})
 }
 
 // do runs one request within ctx's deadline (see NewRedis on timeouts).

@@ -17,10 +17,12 @@ import (
 // in.
 func (p *prepared) takeArgs(now int64, o verdict.Call, rid any, hasID bool) []any {
 	args := make([]any, 7, 7+len(p.tail))
-	mode := modeTake
+	mode, delay := modeTake, o.MaxDelay
 	switch {
 	case o.Force:
 		mode = modeForce
+	case o.Hold > 0:
+		mode, delay = modeLease, o.Hold
 	case o.UpTo:
 		mode = modeUpTo
 	}
@@ -28,7 +30,7 @@ func (p *prepared) takeArgs(now int64, o verdict.Call, rid any, hasID bool) []an
 	if hasID {
 		id = "1"
 	}
-	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = opTake, now, o.Cost, mode, o.MaxDelay, rid, id
+	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = opTake, now, o.Cost, mode, delay, rid, id
 	return append(args, p.tail...)
 }
 
@@ -37,6 +39,7 @@ const (
 	modeTake  = "0" // all of the cost, or nothing
 	modeUpTo  = "1" // the most of the cost that fits (ratelimit.Granter)
 	modeForce = "2" // all of it whatever room there is: a settle's debt (verdict.Call.Force)
+	modeLease = "3" // the most that fits, recorded ARGV[5] µs ahead (ratelimit.Leaser, verdict.Call.Hold)
 )
 
 // nowUS is the time the scripts get: 0, for Redis TIME, unless a test set

@@ -110,7 +110,7 @@ end
 -- which carries fewer arguments; on one key it takes a leaner path here,
 -- on several the general path below.
 local cost, upto, maxd, hasid, rid, resent, horizon
-local force = false
+local force, hold = false, 0
 if OP == 'f' then
   cost, upto, maxd, hasid = tonumber(ARGV[3]), false, 0, false
   rid, resent, horizon = resend(ARGV[4])
@@ -118,6 +118,10 @@ if OP == 'f' then
 else
   cost, upto, maxd, hasid = tonumber(ARGV[3]), ARGV[4] == M_UPTO, tonumber(ARGV[5]), ARGV[7] == '1'
   force = ARGV[4] == M_FORCE
+  if ARGV[4] == M_LEASE then
+    -- A lease: a grant checked now, recorded hold (ARGV[5]) ahead.
+    upto, hold, maxd = true, maxd, 0
+  end
   rid, resent, horizon = resend(ARGV[6])
   if BAKED then policy(BAKED, 1) else policy(ARGV, 8) end
 end
@@ -163,12 +167,12 @@ if OP == 'f' and #KEYS == 1 then
   -- general path below does.
   local key = KEYS[1]
   local fs = {1, F_BLOCK, F_EXPIRY, F_RESENDS, F_GEN}
-  if RES then fs[6] = F_PENDING end
+  if PEND then fs[6] = F_PENDING end
   local s, v, flags = read(key, fs, now)
   if not s then return v end
   s[I_TIME] = tonumber(v[1]) or 0
   local sb, sx, d, sg = tonumber(v[2]) or 0, tonumber(v[3]) or 0, v[4], tonumber(v[5]) or 0
-  if RES then pending(s, v[6]) else pending(s, nil) end
+  if PEND then pending(s, v[6]) else pending(s, nil) end
   local t0 = now
   if s[I_TIME] > t0 then t0 = s[I_TIME] end
   if drained(s, t0) then forget(s) end
@@ -179,7 +183,7 @@ if OP == 'f' and #KEYS == 1 then
     out[1], out[3], out[6], out[8] = 1, cost, 3, 0
     for i = 0, NL - 1 do
       local u, tot, av = evaluate(s, key, STRIDE * i, t0, c1)
-      local rem, reset = report(s, key, STRIDE * i, t0, u, tot, av, 0)
+      local rem, reset = report(s, key, STRIDE * i, t0, u, tot, av, 0, t0)
       local p = RHEAD + 1 + KHEAD + RLIM * i
       out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, 0, 0
       out[p + 4] = refill(s, key, STRIDE * i, t0, u, tot, av, 0, rem)
@@ -206,7 +210,7 @@ if OP == 'f' and #KEYS == 1 then
     out[8] = s.gen
   end
   for i = 0, NL - 1 do
-    local rem, reset = report(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged)
+    local rem, reset = report(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged, t0)
     local p = RHEAD + 1 + KHEAD + RLIM * i
     out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[i + 1], 0
     out[p + 4] = refill(s, key, STRIDE * i, t0, EU[i + 1], ET[i + 1], EA[i + 1], charged, rem)
@@ -296,7 +300,7 @@ if resent then
             if s[I_TIME] > t then t = s[I_TIME] end
             out[o + 1] = t
             local u, tot, av, r = evaluate(s, KEYS[k], j, t, c1)
-            local rem, reset = report(s, KEYS[k], j, t, u, tot, av, 0)
+            local rem, reset = report(s, KEYS[k], j, t, u, tot, av, 0, t)
             if plain then r = 0 end
             out[p], out[p + 1], out[p + 2], out[p + 4] = rem, reset, r, refill(s, KEYS[k], j, t, u, tot, av, 0, rem)
           end
@@ -320,6 +324,7 @@ for x = 1, nd do
   if s[I_TIME] > t0 then t0 = s[I_TIME] end
   if drained(s, t0) then forget(s) end
   T0[k], T[k] = t0, t0
+  if hold > 0 then s.stamp = t0 + hold end -- a lease: checked at t0, recorded ahead
   if s.block > t0 then blocked = true end
 end
 -- evalall evaluates every limit of every key decided at its time in at,
@@ -424,9 +429,11 @@ for k = 1, nk do
     end
   else
     local s, key, t0, t = S[k], KEYS[k], T0[k], T[k]
+    -- A lease's charge is recorded at its stamp, else at t.
+    local rec = s.stamp or t
     out[o], out[o + 1], out[o + 2] = 0, t, s.gen
     local w, wo, changed, refolded = {}, 1, false, false
-    if charged > 0 and t == t0 then
+    if charged > 0 and t == t0 and not s.stamp then
       wo, refolded = retake(s, key, t0, w, wo, EU, ET, EA, ER, (k - 1) * NL)
       out[o + 2] = s.gen
     end
@@ -435,23 +442,26 @@ for k = 1, nk do
       if force then
         out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = 0, 0, 0, 0, 0 -- a debt reports nothing
       else
-        local rem, reset = report(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged)
+        local rem, reset = report(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged, rec)
         out[p], out[p + 1], out[p + 2], out[p + 3] = rem, reset, ER[q], 0
         out[p + 4] = refill(s, key, STRIDE * i, t, EU[q], ET[q], EA[q], charged, rem)
       end
     end
     if charged > 0 then
-      -- Reservations released by t0 join the fields first; a place in
-      -- line stays pending.
+      -- Places in line released by t0 join the fields first; a place in
+      -- line (a reservation's or a lease's) stays pending.
       local folded
       wo, folded = fold(s, key, t0, w, wo)
       folded = folded or refolded
-      if t > t0 then
-        reserve(s, t, charged)
+      if rec > t0 then
+        if s.stamp then rec = place(s, rec, charged) else reserve(s, rec, charged) end
+        out[o + 1] = rec
         for i = 0, NL - 1 do
           local j = STRIDE * i
+          -- Rings hold the sub-buckets up to t0, the last charge's time.
+          if P[j + P_KIND] == K_BUCKETS then wo = badvance(s, key, j, t0, w, wo) end
           if P[j + P_KIND] == K_TOKEN then
-            out[o + KHEAD + 3 + RLIM * i] = t + charged * P[j + P_WIDTH]
+            out[o + KHEAD + 3 + RLIM * i] = rec + charged * P[j + P_WIDTH]
             -- A place in line counts in the interval the bucket was
             -- written in: one never written takes this one's.
             local off = P[j + P_HASH]
@@ -470,7 +480,7 @@ for k = 1, nk do
           end
         end
       end
-      if folded or t > t0 or s.qdirty then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
+      if folded or rec > t0 or s.qdirty then w[wo], w[wo + 1], wo = F_PENDING, qstring(s), wo + 2 end
       w[wo], w[wo + 1], wo = 1, fmt('%d', t0), wo + 2
       if force then
         -- A debt starts a new epoch (store/memory's run).
@@ -485,7 +495,7 @@ for k = 1, nk do
     -- key must outlive what it records by ttl.
     local skew, need = 0, t0 + ttl
     if release == 0 and t0 > now then skew = t0 - now end
-    if t > t0 then need = t + ttl end
+    if rec > t0 then need = rec + ttl end
     if #s.qa > 0 and s.qa[#s.qa] + ttl > need then need = s.qa[#s.qa] + ttl end
     need = debt(s, need)
     local sb = s.block

@@ -66,6 +66,15 @@ func ChargeOf(r ratelimit.Receipt) Charge {
 	return Charge{Policy: p.(*ratelimit.Policy), Keys: keys, Cost: cost, Marks: marks}
 }
 
+// LeaseCounters returns the policy a Limiter leases p's quota under
+// (ratelimit.WithLease, ratelimit.Leaser): the counters of p's leases,
+// apart from p's own, whose identities keep places in line ahead of now.
+// It is nil when p is not leased. A Leaser refuses other policies than
+// these and those that reserve (ratelimit.Policy.Reserves).
+func LeaseCounters(p *ratelimit.Policy) *ratelimit.Policy {
+	return bridge.LeaseCounters(p).(*ratelimit.Policy)
+}
+
 // CheckDecision reports a Decision that points outside its Request (a
 // limit or key index out of range, limit states of another policy, a
 // negative delay or grant, a grant above the cost), so that a faulty store

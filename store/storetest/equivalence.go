@@ -16,6 +16,9 @@ import (
 // The traces settle earlier charges too, below and above their cost; in
 // every fourth trace the policy has a Concurrent limit as well, and steps
 // release and renew earlier charges' slots.
+// In every fourth trace (another one) the policy is a leased policy's
+// counters (storekit.LeaseCounters), and leases recorded ahead of now
+// (ratelimit.Leaser) of random holds mix with every other step.
 // Every third trace is one of the guarantee checker's crowded lines of
 // reservations, partial grants, refunds and settles on several keys. In every
 // other trace the definition changes mid-trace, back and forth: runs of
@@ -28,8 +31,11 @@ func Equivalence(t *testing.T, h Harness) {
 			rng := rand.New(rand.NewPCG(uint64(alg)+7*14, 7))
 			for n := range h.traces(t) {
 				p := randomPolicy(rng, alg)
+				leased := false
 				if n%4 == 3 {
 					p = withSlots(rng, p) // requests in flight too
+				} else if q := leaseCounters(p); n%4 == 1 && q != nil {
+					p, leased = q, true // leases ahead, sub-buckets too
 				}
 				var trace []step
 				if n%3 == 1 {
@@ -40,6 +46,11 @@ func Equivalence(t *testing.T, h Harness) {
 				alt := p
 				if n%2 == 0 {
 					alt = rerated(rng, p)
+					if leased {
+						if alt = leaseCounters(alt); alt == nil {
+							alt = p
+						}
+					}
 					on := false
 					for i := range trace {
 						if rng.IntN(4) == 0 {
@@ -125,6 +136,8 @@ func apply(ctx context.Context, s ratelimit.Store, p *ratelimit.Policy, st step,
 	switch st.op {
 	case opUpTo:
 		return s.(ratelimit.Granter).TakeUpTo(ctx, req)
+	case opLease:
+		return s.(ratelimit.Leaser).Lease(ctx, req, st.hold)
 	case opReserve:
 		return s.(ratelimit.Reserver).Reserve(ctx, req, st.maxDelay)
 	case opRefund:

@@ -55,7 +55,7 @@ func (r *refillClaims) check(t *testing.T, p *ratelimit.Policy, n int) int {
 			}
 		}
 		if sum > c.rem {
-			t.Fatalf("trace %d (%s): limit %d of %q said %d remaining for %dµs at +%dµs, yet %d were admitted within it", n, p, c.limit, c.key, c.rem, c.refill, c.at, sum)
+			t.Fatalf("trace %d (%s): limit %d of %q said %d remaining for %dµs at +%dµs, yet %d were admitted within it: %+v", n, p, c.limit, c.key, c.rem, c.refill, c.at, sum, r.admissions[c.admitted:])
 		}
 	}
 	return len(r.claims)

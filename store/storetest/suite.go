@@ -102,7 +102,7 @@ func reference(clk *clock) ratelimit.Store { return memory.New(memory.WithClock(
 
 // capabilities are the optional operations a store implements.
 type capabilities struct {
-	reserve, upTo, refund, reset, settle, slots bool
+	reserve, upTo, refund, reset, settle, slots, lease bool
 }
 
 func capsOf(s ratelimit.Store) capabilities {
@@ -112,7 +112,8 @@ func capsOf(s ratelimit.Store) capabilities {
 	_, reset := s.(ratelimit.Resetter)
 	_, settle := s.(ratelimit.Settler)
 	_, slots := s.(ratelimit.Releaser)
-	return capabilities{reserve, upTo, refund, reset, settle, slots}
+	_, lease := s.(ratelimit.Leaser)
+	return capabilities{reserve, upTo, refund, reset, settle, slots, lease}
 }
 
 // fit leaves out of a trace the operations the store lacks (they become
@@ -121,8 +122,10 @@ func (c capabilities) fit(trace []step, oneKey bool) []step {
 	out := trace[:0:0]
 	for _, s := range trace {
 		switch {
-		case s.op == opReserve && !c.reserve, s.op == opUpTo && !c.upTo:
+		case s.op == opReserve && !c.reserve, s.op == opUpTo && !c.upTo, s.op == opLease && !c.lease && !c.upTo:
 			s.op = opTake
+		case s.op == opLease && !c.lease:
+			s.op = opUpTo
 		case s.op == opRefund && !c.refund, s.op == opReset && !c.reset, s.op == opSettle && !c.settle,
 			(s.op == opRelease || s.op == opRenew) && !c.slots:
 			s.op = opTake

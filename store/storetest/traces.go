@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/bridge"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 // algorithms are the algorithms every check runs.
@@ -48,6 +49,7 @@ const (
 	opSettle         // Settle an earlier step's receipt to cost units
 	opRelease        // Release an earlier step's slots
 	opRenew          // Renew an earlier step's slots (its receipt is replaced)
+	opLease          // Lease, recorded hold ahead
 )
 
 // step is one request of a trace.
@@ -57,6 +59,7 @@ type step struct {
 	cost     int64
 	op       int
 	maxDelay time.Duration // opReserve
+	hold     time.Duration // opLease
 	ref      int           // opRefund, opSettle: the step whose receipt is refunded or settled
 	id       string        // Request.ID
 	rerated  bool          // under the trace's policy of other rates (see rerated)
@@ -203,6 +206,8 @@ func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 			s.op, s.ref = opRelease, rng.IntN(i)
 		case r < 13 && i > 0 && slotted(p):
 			s.op, s.ref = opRenew, rng.IntN(i)
+		case r < 15 && leasable(p):
+			s.op, s.cost, s.hold = opLease, 1+int64(rng.IntN(6)), randomHold(rng, p)
 		}
 		if rng.IntN(4) == 0 {
 			s.id = []string{"req-a", "req-b"}[rng.IntN(2)]
@@ -228,6 +233,23 @@ type event struct {
 	at, cost int64
 	seq      int
 	debt     bool
+	// spent, for a lease (ratelimit.Leaser), is when its caller spends
+	// it: any time from its grant to at, the time the store records it
+	// at. The guarantee holds for spending; the store decides by at.
+	spent int64
+	lease bool
+}
+
+// spending returns ev with each lease at the time it is spent: what the
+// guarantee is about.
+func spending(ev []event) []event {
+	out := slices.Clone(ev)
+	for i := range out {
+		if out[i].lease {
+			out[i].at = out[i].spent
+		}
+	}
+	return out
 }
 
 // edgeTrace hammers window and sub-bucket edges: bursts just before, at and
@@ -279,10 +301,47 @@ func lineTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 			s.op, s.ref, s.cost = opSettle, rng.IntN(i), settleCost(rng)
 		case r < 9 && i > 0 && slotted(p):
 			s.op, s.ref = []int{opRelease, opRenew}[rng.IntN(2)], rng.IntN(i)
+		case r < 9 && leasable(p):
+			s.op, s.hold = opLease, randomHold(rng, p)
 		}
 		out[i] = s
 	}
 	return out
+}
+
+// leasable reports whether p's counters can record a lease ahead
+// (ratelimit.Leaser): they keep places in line (a policy that reserves,
+// or a leased policy's counters) and count no requests in flight.
+func leasable(p *ratelimit.Policy) bool {
+	return bridge.Layout(p).Pending && !slotted(p)
+}
+
+// leaseCounters returns the counters a Limiter leases p's quota under
+// (storekit.LeaseCounters: sub-buckets included), or nil when p cannot
+// be leased.
+func leaseCounters(p *ratelimit.Policy) *ratelimit.Policy {
+	q, err := p.With(ratelimit.WithLease(1, time.Millisecond))
+	if err != nil {
+		return nil
+	}
+	return storekit.LeaseCounters(q)
+}
+
+// randomHold draws a lease's hold: none, a microsecond, a sub-bucket or
+// an emission interval, or up to the shortest period, as processes of one
+// policy leasing with different holds would.
+func randomHold(rng *rand.Rand, p *ratelimit.Policy) time.Duration {
+	periodUS, widthUS := spans(p)
+	short := slices.Min(periodUS)
+	switch rng.IntN(5) {
+	case 0:
+		return 0
+	case 1:
+		return time.Microsecond
+	case 2:
+		return time.Duration(widthUS[rng.IntN(len(widthUS))]) * time.Microsecond
+	}
+	return time.Duration(1+rng.Int64N(short)) * time.Microsecond
 }
 
 // spans returns each limit's period and width (a sub-bucket, the emission

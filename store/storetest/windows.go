@@ -79,11 +79,49 @@ func queueFull(admitted map[string][]event, keys []string, at int64) bool {
 }
 
 // deniedByAKey reports whether some key of keys had no room for cost at
-// time at, by the events admitted on it (see checkDenial).
-func deniedByAKey(p *ratelimit.Policy, admitted map[string][]event, keys []string, at, cost int64) bool {
+// time at, by the events admitted on it (see checkDenial). With lp, the
+// counters may hold leases (ratelimit.Leaser): the stores' rule for
+// leases ahead under lp, the request's own policy (leaseJustified),
+// justifies it too; hold is the request's, a lease's.
+func deniedByAKey(p *ratelimit.Policy, admitted map[string][]event, keys []string, at, cost int64, lp *ratelimit.Policy, hold int64) bool {
 	for _, k := range keys {
-		if justified(p, admitted[k], at, cost) {
+		if justified(p, admitted[k], at, cost) || lp != nil && leaseJustified(lp, admitted[k], at, cost, hold) {
 			return true
+		}
+	}
+	return false
+}
+
+// leaseJustified reports whether some limit had no room for cost at time
+// at by the stores' rule for counters that hold leases recorded ahead
+// (ratelimit.Leaser), which is conservative where they lie ahead: a
+// window counts every unit recorded after at − Period, ahead of at too (a
+// sub-bucket's up to its latest admission + Period), and a token bucket
+// charges the units in order of the time they are recorded at, the
+// request at at + hold.
+func leaseJustified(p *ratelimit.Policy, ev []event, at, cost, hold int64) bool {
+	periodUS, widthUS := spans(p)
+	for li := range periodUS {
+		l, lay := p.Limit(li), bridge.Layout(p).Limits[li]
+		switch lay.Kind {
+		case layout.Log:
+			if sumIn(ev, at-periodUS[li]+1, math.MaxInt64)+cost > l.Rate {
+				return true
+			}
+		case layout.Buckets:
+			if sumIn(ev, at-periodUS[li]-widthUS[li]+2, math.MaxInt64)+cost > l.Rate {
+				return true
+			}
+		case layout.Token:
+			T := widthUS[li]
+			sorted := slices.SortedStableFunc(slices.Values(ev), func(a, b event) int { return cmp.Compare(a.at, b.at) })
+			tat := int64(math.MinInt64)
+			for _, e := range sorted {
+				tat = max(tat, e.at) + e.cost*T
+			}
+			if (max(tat, at, at+hold)+cost*T)-at > l.Burst*T {
+				return true
+			}
 		}
 	}
 	return false
