@@ -18,13 +18,15 @@ import (
 // (a settle); a process that dies spends its grants.
 //
 // The limits stay exact in true time, under any number of processes,
-// whatever their clocks: the store counts a grant from the moment it
-// grants it until hold after it would have left, because the process may
-// spend any unit of it up to hold later. So every window limit
-// (SlidingWindow, SlidingLog, and FixedWindow and SlidingWindowApprox,
-// which leases count as a SlidingWindow, a stronger promise) is counted
-// over Period + hold, and a TokenBucket's burst is lowered by hold's
-// worth of tokens (hold ÷ the emission interval, rounded up). The cost is
+// whatever their clocks and whatever holds they lease with: the store
+// checks a grant against everything it has recorded, and records the
+// grant as spent at the end of its hold, the latest its process may
+// spend it (Leaser). So a window limit counts a grant until hold +
+// Period from the moment it granted it (FixedWindow and
+// SlidingWindowApprox are leased as a SlidingWindow, a stronger
+// promise), and a token bucket takes it at the end of its hold, so that
+// a full bucket grants at most its burst less the hold's worth of tokens
+// (hold ÷ the emission interval, rounded up). The cost is
 // under-admission: a client at a window limit of Rate per Period gets at
 // most Rate per Period + hold (100/s leased for 50ms: 95.2/s), and the
 // units granted and not yet spent are unavailable to other processes
@@ -41,22 +43,24 @@ import (
 //
 // Refund and Settle of a request admitted from a grant go back into the
 // grant while it runs; a refund after its hold gives nothing back (the
-// limit under-admits by it). A debt (a settle above the charge) is taken
-// from what the grant has not spent, which the store counts already, and
-// what it cannot cover, or all of it once the hold ended, is charged to
-// the store at once, in one settle per key: no process admits a request
-// while a debt fills a limit. Reset forgets the process's
+// limit under-admits by it). A debt (a settle above the charge) is
+// charged to the store at once, in one settle per key, whether the hold
+// ended or not: no process admits a request while a debt fills a limit.
+// Reset forgets the process's
 // grants of the keys; other processes spend theirs until their hold ends.
 // Request IDs (WithIdempotencyKey) are not remembered under a lease:
 // every request is charged. A leased policy counts in counters of its
-// own (its ID differs), so turning leases on or off starts them afresh.
+// own, apart from the policy's own (turning leases on or off starts them
+// afresh), but the same whatever the chunk and the hold: a rolling
+// deploy that changes them keeps the counts, and processes leasing with
+// different holds share the limit exactly.
 //
 // chunk must be 1 to the leased policy's capacity; hold a whole number
 // of milliseconds from 1ms to the shortest Period (and, for a TokenBucket,
 // short enough to leave a burst of at least chunk). A policy with a
-// Concurrent limit cannot be leased. The store must be a Granter and,
-// for unspent units to go back, a Settler (the memory and Redis stores
-// are both). WithLease(0, 0) in Policy.With turns leasing off.
+// Concurrent limit cannot be leased. The store must be a Leaser and, for
+// unspent units to go back and debts to be charged, a Settler (the
+// memory and Redis stores are both). WithLease(0, 0) in Policy.With turns leasing off.
 func WithLease(chunk int64, hold time.Duration) PolicyOption {
 	return func(c *policyConfig) { c.lease, c.set = leaseTerms{chunk, hold}, c.set|setLease }
 }
@@ -71,9 +75,12 @@ type leaseTerms struct {
 type leasing struct {
 	terms leaseTerms
 	// store is the policy the store counts the grants under: the
-	// policy's limits with each window lengthened by the hold, or each
-	// token bucket's burst lowered by it.
+	// policy's limits (a fixed window or an approximation as a sliding
+	// window), in counters of its own whatever the terms.
 	store *Policy
+	// maxCost is the most one grant can hold: the smallest rate, or a
+	// token bucket's burst less the hold's tokens.
+	maxCost int64
 }
 
 // Lease returns the policy's WithLease terms: 0 and 0 when it is not
@@ -99,12 +106,12 @@ func (p *Policy) leased(t leaseTerms) error {
 	if t.hold < time.Millisecond || t.hold%time.Millisecond != 0 {
 		return fmt.Errorf("%s: hold must be a whole number of milliseconds, at least 1ms", where)
 	}
-	hold := t.hold.Microseconds()
 	alg := p.algorithm
 	if alg == FixedWindow || alg == SlidingWindowApprox {
-		alg = SlidingWindow // over Period + hold: a sliding promise covers the aligned one
+		alg = SlidingWindow // a sliding promise covers the aligned one; leases ahead need it
 	}
 	limits := make([]Limit, len(p.limits))
+	capacity := int64(0) // the most one grant can hold: MaxCost
 	for i, l := range p.limits {
 		if l.Concurrent {
 			return fmt.Errorf("%s: limit %d counts requests in flight, which cannot be leased", where, i+1)
@@ -113,26 +120,34 @@ func (p *Policy) leased(t leaseTerms) error {
 			return fmt.Errorf("%s: hold is longer than limit %d's period %s", where, i+1, FormatPeriod(l.Period))
 		}
 		limits[i] = Limit{Rate: l.Rate, Period: l.Period, Name: l.Name}
-		if alg == TokenBucket {
-			// A unit spent up to hold after the store charged it: the
-			// bucket keeps room for hold's worth of tokens.
-			interval := (l.Period.Microseconds() + l.Rate - 1) / l.Rate
-			limits[i].Burst = l.Burst - (hold+interval-1)/interval
-			if limits[i].Burst < t.chunk {
-				return fmt.Errorf("%s: limit %d's burst %d less the hold's %d tokens leaves %d, less than the chunk: shorten the hold or raise the burst",
-					where, i+1, l.Burst, l.Burst-limits[i].Burst, max(limits[i].Burst, 0))
+		room := l.Rate
+		switch alg {
+		case SlidingWindow:
+			if p.algorithm == SlidingWindow {
+				limits[i].Precision = l.Precision
 			}
-			continue
+		case TokenBucket:
+			// A grant is taken at the end of its hold: a full bucket
+			// keeps room for the hold's worth of tokens besides it.
+			limits[i].Burst = l.Burst
+			interval := (l.Period.Microseconds() + l.Rate - 1) / l.Rate
+			room = l.Burst - (t.hold.Microseconds()+interval-1)/interval
+			if room < t.chunk {
+				return fmt.Errorf("%s: limit %d's burst %d less the hold's %d tokens leaves %d, less than the chunk: shorten the hold or raise the burst",
+					where, i+1, l.Burst, l.Burst-room, max(room, 0))
+			}
 		}
-		limits[i].Period += t.hold
+		if capacity == 0 || room < capacity {
+			capacity = room
+		}
 	}
-	lp, err := buildPolicy(p.name, alg, limits, p.block, hold)
+	lp, err := buildPolicy(p.name, alg, limits, p.block, &t)
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
-	if t.chunk > lp.minRate {
-		return fmt.Errorf("%s: chunk is above the policy's capacity %d", where, lp.minRate)
+	if t.chunk > capacity {
+		return fmt.Errorf("%s: chunk is above the policy's capacity %d", where, capacity)
 	}
-	p.lease = &leasing{terms: t, store: lp}
+	p.lease = &leasing{terms: t, store: lp, maxCost: capacity}
 	return nil
 }

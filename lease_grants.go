@@ -293,7 +293,7 @@ func (l *Limiter) refill(ctx context.Context, r *http.Request, ls *leasing, s *l
 		_ = l.rechargeGrant(ctx, r, ls, old, from, to)
 	}
 	start := l.sinceEpoch()
-	d, fallback, failed, err = l.decide(ctx, r, ask{policy: ls.store, keys: []string{key}, cost: size, op: opLease})
+	d, fallback, failed, err = l.decide(ctx, r, ask{policy: ls.store, keys: []string{key}, cost: size, op: opLease, hold: ls.terms.hold})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if failed || d.Granted == 0 {
@@ -368,10 +368,11 @@ func (l *Limiter) rechargeGrant(ctx context.Context, r *http.Request, ls *leasin
 // leaseAdjust changes what a request admitted from grants (rc) spent by
 // delta units: back into the grants still running when negative (a grant
 // closed keeps them: the limit under-admits by them), and a debt when
-// positive: taken from what its grant has not spent, which the store
-// counts already, and what the grant cannot cover (or all of it, once
-// the grant closed) charged to the store now, so that no process admits
-// a request while the debt fills a limit.
+// positive, charged to the store now (a settle of each key's grant above
+// what the store counts for it), as any settle charges its debt: no
+// process admits a request while the debt fills a limit. The grant's
+// unspent units stay to spend; once it carries a debt, it gives nothing
+// back when it closes (a debt voids the refunds of earlier charges).
 func (l *Limiter) leaseAdjust(ctx context.Context, r *http.Request, rc Receipt, delta int64) error {
 	var errs []error
 	for _, u := range rc.r.leases {
@@ -382,8 +383,7 @@ func (l *Limiter) leaseAdjust(ctx context.Context, r *http.Request, rc Receipt, 
 		case delta < 0 && !g.closed:
 			g.used -= min(-delta, g.used)
 		case delta > 0:
-			g.used += delta
-			g.charged = max(g.charged, g.used)
+			g.charged += delta
 		}
 		to := g.charged
 		u.s.mu.Unlock()

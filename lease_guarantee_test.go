@@ -24,13 +24,18 @@ import (
 
 // TestLeaseNeverExceeded is the brute-force check of WithLease: random
 // traces of several processes (Limiters) sharing one store, spending
-// leased grants of a random policy, with refunds, settles below the
-// charge, partial grants, several keys, processes that crash holding
-// grants, and a store clock that steps back; every admission is recorded
-// at the true time the caller got it, and every window of every limit,
-// in true time, is checked by brute force against the limit's promise.
-// Its trace count is RATELIMIT_LEASE_TRACES, else 1,000 with
-// RATELIMIT_FULL=1 and 100 without; it runs on the memory store and,
+// leased grants of a random policy, each process with lease terms of its
+// own (chunks and holds change as in a rolling deploy, and a process that
+// restarts may lease with others), with refunds, settles below the charge
+// and above it (debts, within the hold and after it), partial grants,
+// several keys (a shared one denying while per-client ones have room),
+// processes that crash holding grants, and a store clock that steps back;
+// every admission is recorded at the true time the caller got it, and
+// every window of every limit, in true time, is checked by brute force
+// against the limit's promise: no request admitted while what was
+// admitted before it and the debts settled a hold (the longest) before it
+// fill the window. Its trace count is RATELIMIT_LEASE_TRACES, else 1,000
+// with RATELIMIT_FULL=1 and 100 without; it runs on the memory store and,
 // when there is a redis-server, on a real Redis.
 func TestLeaseNeverExceeded(t *testing.T) {
 	traces := testmode.Scale(1000, 100)
@@ -74,33 +79,41 @@ func TestLeaseNeverExceeded(t *testing.T) {
 					return
 				}
 			}
-			t.Logf("%s, %d traces: %d requests in %d store calls: %d admitted, %d denied; %d refunds, %d settles, %d crashes, %d clock steps",
-				name, traces, total.requests, total.calls, total.admitted, total.denied, total.refunds, total.settles, total.crashes, total.steps)
+			t.Logf("%s, %d traces: %d requests in %d store calls: %d admitted, %d denied (%d on several keys); %d refunds, %d settles, %d debts (%d after the hold), %d crashes, %d holds changed, %d clock steps",
+				name, traces, total.requests, total.calls, total.admitted, total.denied, total.multiDenied, total.refunds, total.settles, total.debts, total.lateDebts, total.crashes, total.holds, total.steps)
 			// The traces must reach what they check: requests decided
 			// from grants without a store call, denials, and each
 			// operation.
-			if total.calls >= total.requests || total.denied == 0 || total.refunds == 0 || total.settles == 0 || total.crashes == 0 || total.steps == 0 {
+			if total.calls >= total.requests || total.denied == 0 || total.multiDenied == 0 || total.refunds == 0 || total.settles == 0 ||
+				total.lateDebts == 0 || total.debts == total.lateDebts || total.crashes == 0 || total.holds == 0 || total.steps == 0 {
 				t.Errorf("the traces miss a case: %+v", total)
 			}
 		})
 	}
 }
 
-type leaseTally struct{ requests, admitted, calls, denied, refunds, settles, crashes, steps int }
+type leaseTally struct {
+	requests, admitted, calls, denied, multiDenied, refunds, settles, debts, lateDebts, crashes, holds, steps int
+}
 
 func (a *leaseTally) add(b leaseTally) {
 	a.requests += b.requests
 	a.admitted += b.admitted
 	a.calls += b.calls
 	a.denied += b.denied
+	a.multiDenied += b.multiDenied
 	a.refunds += b.refunds
 	a.settles += b.settles
+	a.debts += b.debts
+	a.lateDebts += b.lateDebts
 	a.crashes += b.crashes
+	a.holds += b.holds
 	a.steps += b.steps
 }
 
 // admission is one admitted request: when, how much (after refunds and
-// settles) and for which keys.
+// settles below the charge) and for which keys; or a debt: what a settle
+// charged above a request's cost, when.
 type admission struct {
 	at   time.Duration // true time from the trace's start
 	cost int64
@@ -109,6 +122,8 @@ type admission struct {
 	proc int // the Limiter that admitted it; -1 once it crashed
 	// refunded, or settled: either happens once.
 	refunded, settled bool
+	until             time.Duration // when the hold of its process's lease terms ended
+	debt              bool
 }
 
 // leasePolicy draws a policy and lease terms for seed's trace.
@@ -134,11 +149,15 @@ func leasePolicy(rng *rand.Rand) *ratelimit.Policy {
 		default: // two limits
 			s = fmt.Sprintf("%d/50ms, %d/300ms", 3+rng.Intn(5), 10+rng.Intn(10))
 		}
-		opts = append(opts, ratelimit.WithLease(int64(1+rng.Intn(16)), time.Duration(1+rng.Intn(25))*time.Millisecond))
-		if p, err := ratelimit.ParsePolicy(s, opts...); err == nil {
+		if p, err := ratelimit.ParsePolicy(s, append(opts, leaseTerms(rng))...); err == nil {
 			return p
 		}
 	}
+}
+
+// leaseTerms draws lease terms: a chunk of 1 to 16 and a hold of 1 to 25ms.
+func leaseTerms(rng *rand.Rand) ratelimit.PolicyOption {
+	return ratelimit.WithLease(int64(1+rng.Intn(16)), time.Duration(1+rng.Intn(25))*time.Millisecond)
 }
 
 // runLeaseTrace replays one random trace and checks its admissions.
@@ -155,25 +174,47 @@ func runLeaseTrace(t *testing.T, seed int64, newStore func(t *testing.T, now fun
 	}
 	s := newStore(t, storeNow)
 	counting := &decisionCalls{}
-	newProc := func() *ratelimit.Limiter {
+	// In half the traces each process leases with terms of its own, drawn
+	// anew when it restarts (a rolling deploy that tunes them); they must
+	// share the same counters exactly.
+	varied := rng.Intn(2) == 0
+	_, maxHold := p.Lease()
+	newProc := func() (*ratelimit.Limiter, *ratelimit.Policy) {
+		pp := p
+		if varied {
+			for {
+				q, err := p.With(leaseTerms(rng))
+				if err == nil {
+					pp = q
+					break
+				}
+			}
+			if _, h := pp.Lease(); h != maxHold {
+				tally.holds++
+			}
+		}
 		// A grant's timer that settles after the trace's client closed
 		// logs a failure: the log is not what this test checks.
-		l := newLimiter(t, s, p, ratelimit.WithFailureMode(ratelimit.FailClosed), ratelimit.WithObserver(counting), patient,
+		l := newLimiter(t, s, pp, ratelimit.WithFailureMode(ratelimit.FailClosed), ratelimit.WithObserver(counting), patient,
 			ratelimit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 		ratelimit.SetLogClock(l, clk.Now)
-		return l
+		return l, pp
 	}
 	procs := make([]*ratelimit.Limiter, 2+rng.Intn(3))
+	terms := make([]*ratelimit.Policy, len(procs))
 	for i := range procs {
-		procs[i] = newProc()
+		procs[i], terms[i] = newProc()
 	}
-	keySets := [][]string{{"a"}, {"b"}, {"a", "b"}, {"a"}}
+	holdOf := func(i int) time.Duration { _, h := terms[i].Lease(); return h }
+	// Keys: two, both, and one shared with a client key of a few: the
+	// shared key denies requests their client keys have room for.
+	keySets := [][]string{{"a"}, {"b"}, {"a", "b"}, {"a"}, {"a", "c1"}, {"a", "c2"}, {"c1"}}
 	var adm []*admission
 	ctx := context.Background()
 	start := clk.Now()
-	_, hold := p.Lease()
 	steps, stepping := 100+rng.Intn(150), rng.Intn(4) == 0
 	for step := range steps {
+		_, hold := p.Lease()
 		switch r := rng.Intn(100); {
 		case r < 55: // requests: one, or a process's burst of them
 			i := rng.Intn(len(procs))
@@ -183,7 +224,7 @@ func runLeaseTrace(t *testing.T, seed int64, newStore func(t *testing.T, now fun
 				n = 2 + rng.Intn(8)
 			}
 			for range n {
-				cost := int64(1 + rng.Intn(int(min(p.MaxCost(), 3))))
+				cost := int64(1 + rng.Intn(int(min(terms[i].MaxCost(), 3))))
 				var d ratelimit.Decision
 				var err error
 				if rng.Intn(8) == 0 {
@@ -196,10 +237,14 @@ func runLeaseTrace(t *testing.T, seed int64, newStore func(t *testing.T, now fun
 				}
 				tally.requests++
 				if d.Allowed {
-					adm = append(adm, &admission{at: clk.Now().Sub(start), cost: d.Granted, keys: keys, d: d, proc: i})
+					now := clk.Now().Sub(start)
+					adm = append(adm, &admission{at: now, cost: d.Granted, keys: keys, d: d, proc: i, until: now + holdOf(i)})
 					tally.admitted++
 				} else {
 					tally.denied++
+					if len(keys) > 1 {
+						tally.multiDenied++
+					}
 				}
 			}
 		case r < 80: // time passes: within a hold, to its end, or longer
@@ -213,28 +258,39 @@ func runLeaseTrace(t *testing.T, seed int64, newStore func(t *testing.T, now fun
 			default:
 				clk.Advance(time.Duration(rng.Int63n(int64(hold)/5 + 1)))
 			}
-		case r < 87 && len(adm) > 0: // a refund
+		case r < 86 && len(adm) > 0: // a refund
 			a := adm[rng.Intn(len(adm))]
-			if !a.refunded && !a.settled && a.proc >= 0 {
+			if !a.debt && !a.refunded && !a.settled && a.proc >= 0 {
 				if err := procs[a.proc].Refund(ctx, a.d); err != nil {
 					t.Fatalf("trace %d step %d: Refund: %v", seed, step, err)
 				}
 				a.refunded = true
 				tally.refunds++
 			}
-		case r < 93 && len(adm) > 0: // a settle below the charge
+		case r < 93 && len(adm) > 0: // a settle: below the charge, or above it (a debt)
 			a := adm[rng.Intn(len(adm))]
-			if !a.refunded && !a.settled && a.cost > 1 && a.proc >= 0 {
-				actual := rng.Int63n(a.cost)
-				if err := procs[a.proc].Settle(ctx, a.d, actual); err != nil {
-					t.Fatalf("trace %d step %d: Settle: %v", seed, step, err)
-				}
-				a.cost, a.settled = actual, true
-				tally.settles++
+			if a.debt || a.refunded || a.settled || a.proc < 0 {
+				continue
+			}
+			actual := rng.Int63n(a.cost + 4)
+			if err := procs[a.proc].Settle(ctx, a.d, actual); err != nil {
+				t.Fatalf("trace %d step %d: Settle: %v", seed, step, err)
+			}
+			a.settled = true
+			tally.settles++
+			if actual <= a.cost {
+				a.cost = actual
+				continue
+			}
+			now := clk.Now().Sub(start)
+			adm = append(adm, &admission{at: now, cost: actual - a.cost, keys: a.keys, proc: -1, debt: true})
+			tally.debts++
+			if now >= a.until {
+				tally.lateDebts++
 			}
 		case r < 95: // a process crashes holding its grants; another starts
 			i := rng.Intn(len(procs))
-			procs[i] = newProc()
+			procs[i], terms[i] = newProc()
 			for _, a := range adm {
 				if a.proc == i {
 					a.proc = -1 // its charges stay as they are
@@ -252,8 +308,16 @@ func runLeaseTrace(t *testing.T, seed int64, newStore func(t *testing.T, now fun
 		}
 	}
 	tally.calls = counting.count()
-	for _, key := range []string{"a", "b"} {
-		checkLeaseWindows(t, seed, p, key, adm)
+	longest := time.Duration(0)
+	for _, q := range terms {
+		_, h := q.Lease()
+		longest = max(longest, h)
+	}
+	if varied {
+		longest = 25 * time.Millisecond // a process since replaced may have held longer
+	}
+	for _, key := range []string{"a", "b", "c1", "c2"} {
+		checkLeaseWindows(t, seed, p, key, adm, longest)
 	}
 	return tally
 }
@@ -262,34 +326,57 @@ func runLeaseTrace(t *testing.T, seed int64, newStore func(t *testing.T, now fun
 // window limit admits at most Rate in any window of length Period (the
 // leases count fixed windows and the approximation as sliding ones, a
 // stronger promise), a token bucket at most Burst + d ÷ interval in any
-// interval of length d.
-func checkLeaseWindows(t *testing.T, seed int64, p *ratelimit.Policy, key string, adm []*admission) {
+// interval of length d. Debts may pass a limit, but no request is
+// admitted while what was admitted before it and the debts settled at
+// least hold (the longest any process leased with) before it fill the
+// window: a grant taken before a debt may be spent until its hold ends.
+func checkLeaseWindows(t *testing.T, seed int64, p *ratelimit.Policy, key string, adm []*admission, hold time.Duration) {
 	t.Helper()
-	var at []time.Duration
-	var cost []int64
+	type use struct {
+		at   time.Duration
+		cost int64
+		debt bool
+	}
+	var ev []use // in the order they happened
 	for _, a := range adm {
 		if slices.Contains(a.keys, key) && a.cost > 0 && !a.refunded {
-			at, cost = append(at, a.at), append(cost, a.cost)
+			ev = append(ev, use{a.at, a.cost, a.debt})
 		}
 	}
 	for li, lim := range p.Limits() {
-		for i := range at {
-			sum := int64(0)
-			for j := i; j < len(at); j++ {
-				if p.Algorithm() == ratelimit.TokenBucket {
-					sum += cost[j]
-					interval := (lim.Period.Microseconds() + lim.Rate - 1) / lim.Rate // the emission interval, µs
-					if allowed := lim.Burst + (at[j]-at[i]).Microseconds()/interval; sum > allowed {
-						t.Fatalf("trace %d (%s, lease %v): key %s, limit %d: %d admitted in [%v, %v], the bucket allows %d", seed, p, leaseOf(p), key, li+1, sum, at[i], at[j], allowed)
+		interval := (lim.Period.Microseconds() + lim.Rate - 1) / lim.Rate // a token bucket's emission interval, µs
+		for j, last := range ev {
+			if last.debt {
+				continue
+			}
+			// What the store had counted when it admitted last: every
+			// admission before it, and the debts settled a hold before.
+			counts := func(e use, i int) bool { return !e.debt && i <= j || e.debt && e.at <= last.at-hold }
+			if p.Algorithm() == ratelimit.TokenBucket {
+				for i, first := range ev {
+					if !counts(first, i) || first.at > last.at {
+						continue
 					}
-					continue
+					sum := int64(0)
+					for k, e := range ev {
+						if counts(e, k) && e.at >= first.at && e.at <= last.at {
+							sum += e.cost
+						}
+					}
+					if allowed := lim.Burst + (last.at-first.at).Microseconds()/interval; sum > allowed {
+						t.Fatalf("trace %d (%s, lease %v): key %s, limit %d: %d counted in [%v, %v], the bucket allows %d", seed, p, leaseOf(p), key, li+1, sum, first.at, last.at, allowed)
+					}
 				}
-				if at[j]-at[i] >= lim.Period {
-					break
+				continue
+			}
+			sum := int64(0)
+			for k, e := range ev {
+				if counts(e, k) && e.at > last.at-lim.Period && e.at <= last.at {
+					sum += e.cost
 				}
-				if sum += cost[j]; sum > lim.Rate {
-					t.Fatalf("trace %d (%s %s, lease %v): key %s, limit %d: %d admitted in [%v, %v], more than %d", seed, p, p.Algorithm(), leaseOf(p), key, li+1, sum, at[i], at[i]+lim.Period, lim.Rate)
-				}
+			}
+			if sum > lim.Rate {
+				t.Fatalf("trace %d (%s %s, lease %v): key %s, limit %d: %d counted in the window of %v ending at %v (the admission there included), more than %d", seed, p, p.Algorithm(), leaseOf(p), key, li+1, sum, lim.Period, last.at, lim.Rate)
 			}
 		}
 	}

@@ -70,7 +70,7 @@ func TestLeasePolicy(t *testing.T) {
 	}
 	p := ratelimit.MustParsePolicy("10/s", ratelimit.WithLease(5, 10*time.Millisecond))
 	if _, err := ratelimit.New(storeFunc(allowAllFunc), p); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "leased") {
-		t.Errorf("New with a store that cannot grant: %v", err)
+		t.Errorf("New with a store that cannot lease: %v", err)
 	}
 }
 
@@ -327,10 +327,15 @@ func TestLeaseHeadersAndFallback(t *testing.T) {
 	}
 }
 
-// granting is a Store that is a Granter, failing as its Take does.
+// granting is a Store that is a Granter and a Leaser, failing as its
+// Take does.
 type granting struct{ storeFunc }
 
 func (g granting) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	return g.Take(ctx, req)
+}
+
+func (g granting) Lease(ctx context.Context, req ratelimit.Request, _ time.Duration) (ratelimit.Decision, error) {
 	return g.Take(ctx, req)
 }
 
@@ -455,5 +460,45 @@ func TestLeaseSlotsOfKeysDeniedByAnother(t *testing.T) {
 	}
 	if n := ratelimit.LeaseSlots(l); n > 1 {
 		t.Errorf("%d keys kept after 500 more client keys denied by global, want at most 1", n)
+	}
+}
+
+// TestLeaseHoldChangeKeepsCounters: a lease's chunk and hold are how a
+// process spends the quota, not the quota: Limiters of one policy leased
+// with holds of 1s and 2s and chunks of 5 and 2 (a rolling deploy that
+// tunes them) share its counters, and together admit no more than the
+// limit. On memory, miniredis, a real Redis and a Cluster.
+func TestLeaseHoldChangeKeepsCounters(t *testing.T) {
+	for name, backend := range settleBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			r := leaseRigOn(backend(t))
+			base := ratelimit.MustParsePolicy("10/h", ratelimit.Named("tuned"))
+			var procs []*ratelimit.Limiter
+			for i, terms := range []ratelimit.PolicyOption{ratelimit.WithLease(5, time.Second), ratelimit.WithLease(2, 2*time.Second), ratelimit.WithLease(5, 2*time.Second)} {
+				p, err := base.With(terms)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				procs = append(procs, r.process(t, p))
+			}
+			ctx := context.Background()
+			admitted := 0
+			for i := range 60 { // 6 s, 100ms apart
+				d, err := procs[i%len(procs)].Allow(ctx, "k")
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if d.Allowed {
+					admitted++
+				}
+				r.clk.Advance(100 * time.Millisecond)
+			}
+			if admitted > 10 {
+				t.Errorf("%d admitted within 6s by Limiters of 10/h leased with other terms, want at most 10", admitted)
+			}
+			if admitted < 10-2*5 {
+				t.Errorf("%d admitted, want at least the limit less two grants (%d)", admitted, 10-2*5)
+			}
+		})
 	}
 }

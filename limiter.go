@@ -140,7 +140,7 @@ const (
 	opTake    opKind = iota
 	opReserve        // Reserver, when the policy and store can
 	opUpTo           // Granter
-	opLease          // Granter, for a grant of a leased policy (WithLease)
+	opLease          // Leaser, for a grant of a leased policy (WithLease)
 )
 
 func (o opKind) String() string {
@@ -163,6 +163,7 @@ type ask struct {
 	id       string
 	op       opKind
 	maxDelay time.Duration
+	hold     time.Duration // opLease: how long the grant may be spent
 }
 
 // decide asks the store, then the fallback, for a decision. failed reports
@@ -298,11 +299,17 @@ func (l *Limiter) call(parent context.Context, r *http.Request, s Store, which s
 		} else {
 			d, err = s.Take(ctx, req)
 		}
-	case opUpTo, opLease:
+	case opUpTo:
 		if g, ok := s.(Granter); ok {
 			d, err = g.TakeUpTo(ctx, req)
 		} else {
 			err = fmt.Errorf("%T cannot grant part of a request: %w", s, errors.ErrUnsupported)
+		}
+	case opLease:
+		if g, ok := s.(Leaser); ok {
+			d, err = g.Lease(ctx, req, a.hold)
+		} else {
+			err = fmt.Errorf("%T cannot lease part of a policy's quota: %w", s, errors.ErrUnsupported)
 		}
 	default:
 		d, err = s.Take(ctx, req)

@@ -126,8 +126,8 @@ func (c *config) init(store Store, policy *Policy, opts []Option) error {
 		}
 	}
 	if policy.lease != nil {
-		if _, ok := store.(Granter); !ok {
-			return fmt.Errorf("ratelimit: New: policy %q is leased (WithLease) and the store (%T) cannot grant part of a request: %w", policy.Name(), store, errors.ErrUnsupported)
+		if _, ok := store.(Leaser); !ok {
+			return fmt.Errorf("ratelimit: New: policy %q is leased (WithLease) and the store (%T) cannot lease: %w", policy.Name(), store, errors.ErrUnsupported)
 		}
 	}
 	if c.costAfter != nil {

@@ -154,14 +154,15 @@ func NewPolicy(name string, alg Algorithm, limits ...Limit) (*Policy, error) {
 }
 
 func newPolicy(name string, alg Algorithm, limits []Limit, block time.Duration) (*Policy, error) {
-	return buildPolicy(name, alg, limits, block, 0)
+	return buildPolicy(name, alg, limits, block, nil)
 }
 
-// buildPolicy is newPolicy for a policy's own counters (leaseHold 0) or
-// for the counters of its leases (lease.go): leaseHold, the lease's hold
-// in µs, goes into both fingerprints, and such a policy never writes
-// headers, so its periods (Period + hold) need not be whole seconds.
-func buildPolicy(name string, alg Algorithm, limits []Limit, block time.Duration, leaseHold int64) (*Policy, error) {
+// buildPolicy is newPolicy for a policy's own counters (lease nil) or for
+// the counters of its leases (lease.go): those are apart from the
+// policy's own (the stores keep places in line ahead for them), but the
+// same whatever the lease's terms, which only the definition's
+// fingerprint covers: a chunk or a hold changed keeps the counters.
+func buildPolicy(name string, alg Algorithm, limits []Limit, block time.Duration, lease *leaseTerms) (*Policy, error) {
 	if name == "" {
 		name = DefaultPolicyName
 	}
@@ -204,9 +205,9 @@ func buildPolicy(name string, alg Algorithm, limits []Limit, block time.Duration
 	fp, df := sha256.New(), sha256.New()
 	fmt.Fprintf(fp, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
 	fmt.Fprintf(df, "layout%d|%d|%d", layout.Version, alg, block.Microseconds())
-	if leaseHold > 0 {
-		fmt.Fprintf(fp, "|lease%d", leaseHold)
-		fmt.Fprintf(df, "|lease%d", leaseHold)
+	if lease != nil {
+		fmt.Fprint(fp, "|lease")
+		fmt.Fprintf(df, "|lease%d/%d", lease.chunk, lease.hold.Microseconds())
 	}
 	lay := make([]layout.Limit, len(limits))
 	for i := range p.limits {
@@ -230,7 +231,7 @@ func buildPolicy(name string, alg Algorithm, limits []Limit, block time.Duration
 		if l.Period%time.Microsecond != 0 {
 			return nil, fmt.Errorf("%s: period must be a whole number of microseconds", where)
 		}
-		if l.Period > time.Second && l.Period%time.Second != 0 && leaseHold == 0 {
+		if l.Period > time.Second && l.Period%time.Second != 0 {
 			k := int64(time.Second) / gcd(int64(l.Period), int64(time.Second))
 			return nil, fmt.Errorf("%s: a period above one second must be a whole number of seconds, as Retry-After and the RateLimit headers count whole seconds (a client would wait up to a second too long each time); use %d/%s for the same rate", where, k*l.Rate, FormatPeriod(time.Duration(k)*l.Period))
 		}
@@ -322,6 +323,10 @@ func buildPolicy(name string, alg Algorithm, limits []Limit, block time.Duration
 		p.minRate = MaxRate // only Concurrent limits: they count requests, not cost
 	}
 	p.layout = layout.Compile(lay, block.Microseconds(), ExactRateMax)
+	if lease != nil {
+		// Leases are places in line never waited for: no reservations.
+		p.layout.Reserves, p.layout.Pending = false, true
+	}
 	p.id = name + ":" + hex.EncodeToString(fp.Sum(nil)[:8])
 	p.def = name + ":" + hex.EncodeToString(df.Sum(nil)[:8])
 	p.header = string(appendPolicyHeader(nil, p.limits, alg == TokenBucket))
@@ -385,7 +390,7 @@ func (p *Policy) ID() string { return p.id }
 // a leased token bucket, its Burst less the hold's tokens (WithLease).
 func (p *Policy) MaxCost() int64 {
 	if p.lease != nil {
-		return p.lease.store.minRate
+		return p.lease.maxCost
 	}
 	return p.minRate
 }
