@@ -150,3 +150,12 @@ func BudgetOf(rt http.RoundTripper, hostKey, key string) (Budget, bool) {
 	}
 	return Budget{Known: b.known, Rem: b.rem, Resume: b.resume, InFlight: len(b.inflight), Probing: b.probe != 0}, true
 }
+
+// Hosts is how many hosts the transport rt (NewTransport's) keeps state
+// for.
+func Hosts(rt http.RoundTripper) int {
+	t := rt.(*transport)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.hosts)
+}

@@ -18,18 +18,41 @@ const DefaultIdempotencyHeader = "Idempotency-Key"
 type Option func(*config)
 
 type config struct {
-	maxRetries int
-	maxWait    time.Duration // < 0: no bound but the request's context
-	idemHeader string        // canonical; "" when no header makes a request retryable
-	clock      clock
+	maxRetries  int
+	maxWait     time.Duration // < 0: no bound but the request's context
+	longestWait time.Duration // WithLongestWait
+	idemHeader  string        // canonical; "" when no header makes a request retryable
+	clock       clock
 }
 
 func defaultConfig() config {
 	return config{
-		maxRetries: DefaultMaxRetries,
-		maxWait:    -1,
-		idemHeader: DefaultIdempotencyHeader,
-		clock:      realClock{},
+		maxRetries:  DefaultMaxRetries,
+		maxWait:     -1,
+		longestWait: DefaultLongestWait,
+		idemHeader:  DefaultIdempotencyHeader,
+		clock:       realClock{},
+	}
+}
+
+// DefaultLongestWait is the longest wait the transport keeps from a
+// server's answer unless WithLongestWait says otherwise.
+const DefaultLongestWait = time.Hour
+
+// WithLongestWait bounds how long the transport believes a server's word
+// that its quota is spent (Retry-After, RateLimit's t, a reset): a wait
+// said longer than d, and than the longest window the host's
+// RateLimit-Policy states, is held to that for the requests that follow,
+// and the request whose answer said it is not retried: its answer is
+// returned as it came. So a server that answers "wait a year" (or a
+// hostile one that says 1e20 seconds) blocks that host for d at most. d ≤
+// 0 restores the default, DefaultLongestWait.
+func WithLongestWait(d time.Duration) Option {
+	return func(c *config) {
+		c.longestWait = d
+		if d <= 0 {
+			c.longestWait = DefaultLongestWait
+		}
 	}
 }
 

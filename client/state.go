@@ -1,7 +1,6 @@
 package client
 
 import (
-	"net/http"
 	"sync"
 	"time"
 )
@@ -35,7 +34,7 @@ import (
 // Bounds on what one transport remembers, so that no input makes it grow
 // without end.
 const (
-	maxHosts   = 1024 // hosts; idle ones are forgotten beyond this
+	maxHosts   = 1024 // hosts; idle ones, then quiet ones, are forgotten beyond this (transport.host)
 	maxRoutes  = 1024 // routes per host; the table restarts beyond this
 	maxBudgets = 256  // budgets per host; idle ones are forgotten beyond this
 	maxLog     = 512  // admitted answers remembered per budget (see logBound)
@@ -227,6 +226,14 @@ func (b *budget) idle(now time.Time) bool {
 	return len(b.inflight) == 0 && (!b.known || b.rem > 0 || !now.Before(b.resume))
 }
 
+// quiet reports that no request to h is sent or waiting: forgetting it
+// loses only the waits its server said.
+func (h *host) quiet() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.waiters == 0 && len(h.inflight) == 0
+}
+
 // idle reports that forgetting h loses nothing that holds a request back.
 func (h *host) idle(now time.Time) bool {
 	h.mu.Lock()
@@ -285,8 +292,10 @@ type response struct {
 }
 
 // finish records the answer to t received at now; resp is nil when the
-// request got no answer (an error).
-func (h *host) finish(t *ticket, resp *response, now time.Time) {
+// request got no answer (an error). A wait longer than longest and than
+// the longest window the host's policies state is held to that; held
+// reports that the answer said one.
+func (h *host) finish(t *ticket, resp *response, now time.Time, longest time.Duration) (held bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	defer h.broadcast()
@@ -302,10 +311,10 @@ func (h *host) finish(t *ticket, resp *response, now time.Time) {
 		}
 	}
 	if resp == nil {
-		return
+		return false
 	}
 	a := &resp.answer
-	denied := resp.status == http.StatusTooManyRequests
+	denied := refused(resp.status, *a)
 	counted := !denied && resp.status < 500
 
 	for _, p := range a.policies {
@@ -323,6 +332,7 @@ func (h *host) finish(t *ticket, resp *response, now time.Time) {
 		limits = []limitInfo{{wait: DefaultPause}}
 	}
 	named := make(map[string]bool, len(limits))
+	bound := max(longest, h.longestWindow())
 	for _, l := range limits {
 		named[l.key] = true
 		b := h.budgetFor(l.key, l.name, now)
@@ -330,6 +340,12 @@ func (h *host) finish(t *ticket, resp *response, now time.Time) {
 			b.record(now)
 		}
 		h.apply(b, t, l, a, denied, recvSeq, now)
+		if limit := now.Add(bound); b.resume.After(limit) {
+			b.resume, held = limit, true
+			if b.floor.After(limit) {
+				b.floor = limit
+			}
+		}
 	}
 
 	if counted {
@@ -393,6 +409,22 @@ func (h *host) finish(t *ticket, resp *response, now time.Time) {
 		}
 		h.routes[t.route] = keys
 	}
+	return held
+}
+
+// maxWindow bounds the windows of RateLimit-Policy the transport takes as
+// the longest wait a server may mean: 366 days, the longest period this
+// project's Limiter accepts.
+const maxWindow = 366 * 24 * time.Hour
+
+// longestWindow is the longest window the host's policies state, at most
+// maxWindow; 0 when none says one.
+func (h *host) longestWindow() time.Duration {
+	w := time.Duration(0)
+	for _, b := range h.budgets {
+		w = max(w, min(b.window, maxWindow))
+	}
+	return w
 }
 
 // apply sets budget b from l, part of the answer a to t received at now.

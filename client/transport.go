@@ -28,19 +28,23 @@ import (
 // back. The wait is bounded by the request's context: the transport
 // returns the context's error if it ends first, and a *WaitError wrapping
 // context.DeadlineExceeded at once if the wait would pass its deadline.
+// A wait a server says is believed for WithLongestWait at most (an hour,
+// or the longest window the host's RateLimit-Policy states).
 //
-// A 429 is retried, at most WithMaxRetries times and after Retry-After,
-// only when that is safe: an idempotent method (GET, HEAD, OPTIONS, TRACE,
-// PUT, DELETE) or a request carrying the Idempotency-Key header (see
-// WithIdempotencyHeader), and a body that can be sent again (none, or
-// Request.GetBody set, as http.NewRequest does for in-memory bodies).
-// Otherwise, or when the wait would pass the deadline or WithMaxWait, the
-// 429 is returned as it came. The body of a retried 429 is drained and
-// closed.
+// A 429, or a 503 with Retry-After, is retried, at most WithMaxRetries
+// times and after Retry-After, only when that is safe: an idempotent
+// method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or a request carrying
+// the Idempotency-Key header (see WithIdempotencyHeader), and a body that
+// can be sent again (none, or Request.GetBody set, as http.NewRequest does
+// for in-memory bodies). Otherwise, or when the wait would pass the
+// deadline, WithMaxWait or WithLongestWait, the answer is returned as it
+// came. The body of a retried answer is drained and closed.
 //
-// The transport is safe for concurrent use. Malformed fields are ignored,
-// never a panic. Use one transport per client identity (API key, account):
-// the server counts per identity, the transport per host.
+// The transport is safe for concurrent use, and bounded whatever servers
+// say: at most 1,024 hosts are remembered (the idle ones, then those no
+// request is under way to, are forgotten first). Malformed fields are
+// ignored, never a panic. Use one transport per client identity (API key,
+// account): the server counts per identity, the transport per host.
 func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -87,11 +91,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		now := t.cfg.clock.Now()
 		if err != nil {
-			h.finish(tk, nil, now)
+			h.finish(tk, nil, now, t.cfg.longestWait)
 			return nil, err
 		}
-		h.finish(tk, &response{status: resp.StatusCode, answer: readAnswer(resp.Header, now)}, now)
-		if resp.StatusCode != http.StatusTooManyRequests || !retryable || tries >= t.cfg.maxRetries {
+		ans := readAnswer(resp.Header, now)
+		held := h.finish(tk, &response{status: resp.StatusCode, answer: ans}, now, t.cfg.longestWait)
+		if !refused(resp.StatusCode, ans) || !retryable || tries >= t.cfg.maxRetries || held {
 			return resp, nil
 		}
 		next, ok := t.nextAttempt(ctx, h, route, req)
@@ -111,8 +116,11 @@ func (t *transport) CloseIdleConnections() {
 	}
 }
 
-// host returns the state of key, forgetting idle hosts when there are too
-// many.
+// host returns the state of key, forgetting hosts when there are too
+// many: the idle ones, then, while there are still too many, hosts no
+// request is sent to or waits for: forgetting one loses only what its
+// server said to wait for, and its next request goes and learns it again.
+// The bound is passed only while every host has requests under way.
 func (t *transport) host(key string) *host {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -126,10 +134,25 @@ func (t *transport) host(key string) *host {
 				delete(t.hosts, k)
 			}
 		}
+		for k, h := range t.hosts {
+			if len(t.hosts) < maxHosts {
+				break
+			}
+			if h.quiet() {
+				delete(t.hosts, k)
+			}
+		}
 	}
 	h := newHost(key)
 	t.hosts[key] = h
 	return h
+}
+
+// refused reports an answer that refuses its request for the rate: a 429,
+// or a 503 that says when to come back (Retry-After), which is honoured
+// the same way.
+func refused(status int, a answer) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable && a.hasRetryAfter
 }
 
 // acquire waits until a request to route may go, and lets it go.
