@@ -22,7 +22,7 @@ import (
 func TestIdempotencyKey(t *testing.T) {
 	for name, s := range map[string]ratelimit.Store{"memory": store.NewMemory(), "miniredis": miniredisStore(t)} {
 		t.Run(name, func(t *testing.T) {
-			lim := newLimiter(t, s, ratelimit.MustParsePolicy("10/h"), ratelimit.WithIdempotencyKey("Idempotency-Key"))
+			lim := newLimiter(t, s, ratelimit.MustParsePolicy("10/h"), ratelimit.WithIdempotencyKey("Idempotency-Key"), patient)
 			var runs atomic.Int64
 			h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs.Add(1)
@@ -71,7 +71,7 @@ func TestIdempotencyReplayDuringBlock(t *testing.T) {
 	}
 	for name, s := range map[string]ratelimit.Store{"memory": store.NewMemory(), "miniredis": mini} {
 		t.Run(name, func(t *testing.T) {
-			lim := newLimiter(t, s, ratelimit.MustParsePolicy("2/m", ratelimit.BlockFor(time.Hour)), ratelimit.WithIdempotencyKey("Idempotency-Key"))
+			lim := newLimiter(t, s, ratelimit.MustParsePolicy("2/m", ratelimit.BlockFor(time.Hour)), ratelimit.WithIdempotencyKey("Idempotency-Key"), patient)
 			var runs atomic.Int64
 			h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }))
 			send := func(key string) int {

@@ -373,11 +373,16 @@ func TestRealRedisDiesUnderLoad(t *testing.T) {
 // TestRealSlowRedis puts a proxy between go-redis and redis-server:
 // (a) latency under the timeout limits normally; (b) a stalled Redis
 // costs each request at most the timeout, and once the circuit opens,
-// nothing; (c) when the stall ends, limiting resumes after about one
-// cooldown; (d) dropped connections are replaced without losing limiting.
+// nothing; (c) when the stall ends, limiting resumes with the first probe,
+// one cooldown later; (d) dropped connections are replaced without losing
+// limiting. The circuit's cooldowns run on a clock the test moves, so
+// probes are counted, not timed; requests that must be decided by Redis
+// go through a Limiter whose timeout no scheduling delay reaches, so that
+// a loaded machine cannot turn them into failures.
 func TestRealSlowRedis(t *testing.T) {
 	const (
-		timeout  = 50 * time.Millisecond
+		timeout  = 300 * time.Millisecond // the circuit's Limiter: a stall costs a request this much
+		patience = 5 * time.Second        // the Limiter that must get Redis's answers
 		failures = 5
 		cooldown = 200 * time.Millisecond
 	)
@@ -386,26 +391,43 @@ func TestRealSlowRedis(t *testing.T) {
 	client := redis.NewClient(&redis.Options{
 		Addr:                  px.Addr(),
 		ContextTimeoutEnabled: true,
-		DialTimeout:           100 * time.Millisecond,
+		DialTimeout:           time.Second,
 	})
 	t.Cleanup(func() { _ = client.Close() })
 	p := ratelimit.MustParsePolicy("3/h", ratelimit.Named("slow"))
-	var errs outageErrCounter
+	var errs, calmErrs outageErrCounter
 	lim := outageLimiter(t, client, p, timeout, &errs,
 		ratelimit.WithCircuitBreaker(failures, cooldown), ratelimit.WithFailureMode(ratelimit.FailClosed))
-	h := lim.Handler(okHandler)
-	guard := timeout + outageHangSlack
-	serve := func(ip string) (*httptest.ResponseRecorder, time.Duration) {
+	bclk := newTestClock() // the circuit's clock
+	ratelimit.SetLogClock(lim, bclk.Now)
+	calm := outageLimiter(t, client, p, patience, &calmErrs, ratelimit.WithCircuitBreaker(0, 0), ratelimit.WithFailureMode(ratelimit.FailClosed))
+	serveOn := func(l *ratelimit.Limiter, budget time.Duration, ip string) *httptest.ResponseRecorder {
 		t.Helper()
-		w, took := timedServe(h, outageGet(ip))
-		if took > guard {
+		w, took := timedServe(l.Handler(okHandler), outageGet(ip))
+		if guard := budget + outageHangSlack; took > guard {
 			t.Errorf("request from %s took %v, over the guard %v", ip, took, guard)
 		}
-		return w, took
+		return w
+	}
+	serve := func(ip string) *httptest.ResponseRecorder { return serveOn(lim, timeout, ip) }
+	decided := func(ip string) *httptest.ResponseRecorder { return serveOn(calm, patience, ip) }
+	quota := func(what, ip string) {
+		t.Helper()
+		var codes []int
+		for range 4 {
+			w := decided(ip)
+			if !outageHasLimitHeaders(w) {
+				t.Errorf("%s: %s: status %d without rate-limit headers", what, ip, w.Code)
+			}
+			codes = append(codes, w.Code)
+		}
+		if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
+			t.Errorf("%s: %s on 3/h: %v, want %v", what, ip, codes, want)
+		}
 	}
 
 	// Warm up without latency: a connection in the pool, the script loaded.
-	if w, _ := serve("10.1.0.1"); w.Code != http.StatusOK || !outageHasLimitHeaders(w) {
+	if w := decided("10.1.0.1"); w.Code != http.StatusOK || !outageHasLimitHeaders(w) {
 		t.Fatalf("warm-up: status %d, headers %v", w.Code, w.Header())
 	}
 
@@ -413,140 +435,79 @@ func TestRealSlowRedis(t *testing.T) {
 		const latency = 5 * time.Millisecond
 		px.SetLatency(latency)
 		defer px.SetLatency(0)
-		before := errs.total()
-		var lats []time.Duration
 		for i := range 3 {
-			ip := fmt.Sprintf("10.1.1.%d", i+1)
-			var codes []int
-			for range 4 {
-				w, took := serve(ip)
-				lats = append(lats, took)
-				if !outageHasLimitHeaders(w) {
-					t.Errorf("%s: status %d without rate-limit headers", ip, w.Code)
-				}
-				codes = append(codes, w.Code)
-			}
-			if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
-				t.Errorf("%s on 3/h: %v, want %v", ip, codes, want)
-			}
+			quota("latency", fmt.Sprintf("10.1.1.%d", i+1))
 		}
-		t.Logf("proxy latency %v each way, timeout %v: request latency p50 %v, max %v; store errors %d",
-			latency, timeout, percentile(lats, 0.5), percentile(lats, 1), errs.total()-before)
-		if n := errs.total() - before; n != 0 {
-			t.Errorf("%d store errors with a latency well under the timeout", n)
+		if n := calmErrs.total(); n != 0 {
+			t.Errorf("%d store errors with a latency of %v each way and a timeout of %v", n, latency, patience)
 		}
 	})
 
-	var lastFailure time.Time // when the last store call of the stall failed
 	t.Run("stall", func(t *testing.T) {
 		px.Stall(true)
-		type outcome struct {
-			took    time.Duration
-			skipped bool // the circuit was open: the store was not asked
-			at      time.Time
-		}
-		var outs []outcome
-		start := time.Now()
-		// Until two probes have failed, ending right after one, so that
-		// the recovery below starts a whole cooldown before the next probe.
-		// Bounded: 600 requests or 3s.
-		probesSeen := 0
-		for i := 0; i < 600 && time.Since(start) < 3*time.Second && probesSeen < 2; i++ {
+		// Every request fails closed: the first ones asking the store and
+		// waiting out the timeout, until failures of them opened the
+		// circuit; then none asks it until a cooldown has passed, when one
+		// probe does.
+		for i := range failures + 3 {
 			skips, fails := errs.skipped.Load(), errs.failed.Load()
-			at := time.Now()
-			w, took := serve(fmt.Sprintf("10.1.2.%d", i%250+1))
+			w := serve(fmt.Sprintf("10.1.2.%d", i+1))
 			if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || outageHasLimitHeaders(w) {
 				t.Errorf("request %d during the stall: status %d, headers %v; want 503, Retry-After: 1", i, w.Code, w.Header())
 			}
-			ds, df := errs.skipped.Load()-skips, errs.failed.Load()-fails
-			if ds+df != 1 {
-				t.Fatalf("request %d: %d skipped and %d failed store calls, want exactly one of them", i, ds, df)
+			asked, skipped := errs.failed.Load()-fails, errs.skipped.Load()-skips
+			wantAsked := int64(0) // the circuit opened
+			if i < failures {
+				wantAsked = 1
 			}
-			outs = append(outs, outcome{took: took, skipped: ds == 1, at: at})
-			if df == 1 && i >= failures { // a probe of the open circuit, which failed
-				probesSeen++
-				lastFailure = time.Now()
-				continue
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		opened := slices.IndexFunc(outs, func(o outcome) bool { return o.skipped })
-		if opened < 0 {
-			t.Fatalf("the circuit never opened in %d stalled requests", len(outs))
-		}
-		var beforeOpen, skipped, probes []time.Duration
-		for i, o := range outs {
-			switch {
-			case i < opened:
-				beforeOpen = append(beforeOpen, o.took)
-			case o.skipped:
-				skipped = append(skipped, o.took)
-			default:
-				probes = append(probes, o.took)
+			if asked != wantAsked || asked+skipped != 1 {
+				t.Fatalf("request %d of the stall: the store asked %d times, skipped %d; want asked %d", i, asked, skipped, wantAsked)
 			}
 		}
-		openFor := time.Since(outs[opened].at)
-		t.Logf("stalled Redis: the circuit opened after %d requests (threshold %d); median latency %v before it opened, %v after (%d requests skipped the store)",
-			opened, failures, percentile(beforeOpen, 0.5), percentile(skipped, 0.5), len(skipped))
-		t.Logf("while open for %v: %d probes (cooldown %v), median %v", openFor, len(probes), cooldown, percentile(probes, 0.5))
-		if opened != failures {
-			t.Errorf("the circuit opened after %d failed requests, want %d", opened, failures)
-		}
-		// Each probe waits for a whole cooldown after the previous failure.
-		if maxProbes := int(openFor/cooldown) + 1; len(probes) > maxProbes {
-			t.Errorf("%d probes in %v, want at most one per cooldown of %v (%d)", len(probes), openFor, cooldown, maxProbes)
-		}
-		if len(skipped) == 0 {
-			t.Error("no request skipped the store while the circuit was open")
+		for probe := range 2 {
+			bclk.Advance(cooldown)
+			for i := range 3 {
+				fails := errs.failed.Load()
+				serve(fmt.Sprintf("10.1.2.%d", 100+3*probe+i))
+				want := int64(0) // one probe a cooldown: the first request's
+				if i == 0 {
+					want = 1
+				}
+				if asked := errs.failed.Load() - fails; asked != want {
+					t.Fatalf("cooldown %d, request %d: the store was asked %d times, want %d", probe+1, i, asked, want)
+				}
+			}
 		}
 	})
 
 	t.Run("recovery", func(t *testing.T) {
 		px.Stall(false)
-		unstalled := time.Now()
-		resumed := time.Duration(-1)
-		i := 0
-		for ; i < 1000 && time.Since(unstalled) < 5*time.Second; i++ {
-			w, _ := serve(fmt.Sprintf("10.1.3.%d", i%250+1))
-			if outageHasLimitHeaders(w) {
-				resumed = time.Since(unstalled)
-				break
+		// The circuit is still open: until the next cooldown, nothing asks.
+		if w := serve("10.1.3.1"); w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("right after the stall, before a cooldown: status %d, want 503 (the circuit is open)", w.Code)
+		}
+		// A cooldown later, one probe asks Redis, which answers: limiting
+		// resumes. The probe's call has the timeout of lim (300ms); a run
+		// so loaded that it misses it tries at the next cooldown.
+		resumedAt := -1
+		for probe := 0; probe < 20 && resumedAt < 0; probe++ {
+			bclk.Advance(cooldown)
+			if w := serve(fmt.Sprintf("10.1.3.%d", probe+2)); outageHasLimitHeaders(w) {
+				resumedAt = probe + 1
 			}
-			time.Sleep(2 * time.Millisecond)
 		}
-		if resumed < 0 {
-			t.Fatalf("limiting did not resume within 5s of the end of the stall (%d requests)", i+1)
+		if resumedAt < 0 {
+			t.Fatal("limiting did not resume within 20 cooldowns of the end of the stall")
 		}
-		t.Logf("stall ended right after a failed probe: Redis decides again %v later, %v after that failure, in %d requests (cooldown %v, timeout %v)",
-			resumed, unstalled.Add(resumed).Sub(lastFailure), i+1, cooldown, timeout)
-		// The circuit waits at most one cooldown, then one probe answers.
-		if limit := cooldown + timeout + outageHangSlack; resumed > limit {
-			t.Errorf("limiting resumed after %v, want within a cooldown plus a probe (%v, slack included)", resumed, limit)
-		}
-		var codes []int
-		for range 4 {
-			w, _ := serve("10.1.4.1")
-			codes = append(codes, w.Code)
-		}
-		if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
-			t.Errorf("after recovery, 3/h: %v, want %v", codes, want)
-		}
+		t.Logf("limiting resumed with the probe of cooldown %d after the stall", resumedAt)
+		quota("after recovery", "10.1.4.1")
 	})
 
 	t.Run("dropped connections", func(t *testing.T) {
-		before := errs.total()
+		before := calmErrs.total()
 		px.Drop()
-		var codes []int
-		var lats []time.Duration
-		for range 4 {
-			w, took := serve("10.1.5.1")
-			codes = append(codes, w.Code)
-			lats = append(lats, took)
-		}
-		t.Logf("after dropping %d connections: statuses %v, latencies %v, store errors %d", px.Dropped(), codes, lats, errs.total()-before)
-		if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
-			t.Errorf("after a connection reset, 3/h: %v, want %v (go-redis reconnects)", codes, want)
-		}
+		quota("after a connection reset (go-redis reconnects)", "10.1.5.1")
+		t.Logf("after dropping %d connections: store errors %d", px.Dropped(), calmErrs.total()-before)
 	})
 }
 

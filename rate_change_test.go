@@ -52,7 +52,9 @@ func TestRateChangeKeepsCounters(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			st, clk := b.make(t)
 			limiter := func(policy string, opts ...ratelimit.PolicyOption) *ratelimit.Limiter {
-				l, err := ratelimit.New(st, ratelimit.MustParsePolicy(policy, append(opts, ratelimit.Named("api"))...))
+				// patient: under a loaded run a store call past the default
+				// timeout would be decided by the fallback, on counters of its own.
+				l, err := ratelimit.New(st, ratelimit.MustParsePolicy(policy, append(opts, ratelimit.Named("api"))...), patient)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -282,7 +282,7 @@ func TestRealWaitInLine(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
-	lim := newLimiter(t, mustRedis(t, c), ratelimit.MustParsePolicy("5/s", ratelimit.Named("realwait")))
+	lim := newLimiter(t, mustRedis(t, c), ratelimit.MustParsePolicy("5/s", ratelimit.Named("realwait")), patient)
 	var warm sync.WaitGroup
 	for i := range 20 {
 		warm.Add(1)

@@ -1,0 +1,10 @@
+package ratelimit_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/ratelimitkit/ratelimit/internal/redistest"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }

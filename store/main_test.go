@@ -1,0 +1,10 @@
+package store_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/ratelimitkit/ratelimit/internal/redistest"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
