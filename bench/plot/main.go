@@ -8,8 +8,9 @@
 //
 //	go run .
 //
-// It writes docs/algorithms/NAME.svg and NAME.png for every scenario, and,
-// when docs/fleet.csv exists, docs/fleet.svg and docs/fleet.png from it.
+// It writes docs/algorithms/NAME.png for every scenario, and, when
+// docs/fleet.csv exists, docs/fleet.svg and docs/fleet.png from it: the
+// figures the documents show (docs/fleet.md links the fleet's SVG too).
 // The output is byte-for-byte the same on every run (on one architecture:
 // CI compares on linux/amd64 with the gonum version pinned in go.mod).
 package main
@@ -47,10 +48,10 @@ func generate(out, fleetCSV, fleetOut string) error {
 		if err != nil {
 			return err
 		}
-		if err := write(filepath.Join(out, s.File), &f.figure); err != nil {
+		if err := write(filepath.Join(out, s.File), &f.figure, false); err != nil {
 			return err
 		}
-		fmt.Printf("%s.{svg,png}: %d requests, %d admitted; most admitted in any window:", filepath.Join(out, s.File), len(r.Events), len(r.admittedTimes()))
+		fmt.Printf("%s.png: %d requests, %d admitted; most admitted in any window:", filepath.Join(out, s.File), len(r.Events), len(r.admittedTimes()))
 		for i, c := range f.Counts {
 			l := r.Policy.Limit(i)
 			fmt.Printf(" %d per %s (limit %d)", maxCount(c), durationLabel(l.Period), l.Rate)
@@ -83,7 +84,7 @@ func drawFleet(csvPath, out string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", csvPath, err)
 	}
-	if err := write(out, f); err != nil {
+	if err := write(out, f, true); err != nil {
 		return err
 	}
 	fmt.Printf("%s.{svg,png}: from %s, %d rows\n", out, csvPath, len(cols[0].Values))
@@ -173,18 +174,20 @@ func fleetFigure(cols []Column) (*figure, error) {
 		Panels: []*plot.Plot{p}, Width: 8 * vg.Inch, PanelHeight: 3.5 * vg.Inch}, nil
 }
 
-// write renders f to base.svg and base.png.
-func write(base string, f *figure) error {
-	svg, err := renderSVG(f)
-	if err != nil {
-		return err
-	}
+// write renders f to base.png and, with svg, to base.svg.
+func write(base string, f *figure, svg bool) error {
 	png, err := renderPNG(f)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(base+".svg", svg, 0o644); err != nil {
-		return err
+	if svg {
+		s, err := renderSVG(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(base+".svg", s, 0o644); err != nil {
+			return err
+		}
 	}
 	return os.WriteFile(base+".png", png, 0o644)
 }

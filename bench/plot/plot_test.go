@@ -28,8 +28,8 @@ func TestDeterministic(t *testing.T) {
 	if !slices.Equal(fa, fb) {
 		t.Fatalf("runs wrote different files:\n%v\n%v", fa, fb)
 	}
-	if want := 2 * len(scenarios()); len(fa) != want {
-		t.Fatalf("wrote %d files, want %d (an SVG and a PNG per scenario): %v", len(fa), want, fa)
+	if want := len(scenarios()); len(fa) != want {
+		t.Fatalf("wrote %d files, want %d (a PNG per scenario): %v", len(fa), want, fa)
 	}
 	for _, name := range fa {
 		x, err := os.ReadFile(filepath.Join(a, name))
