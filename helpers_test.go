@@ -374,9 +374,16 @@ func runSteps(t *testing.T, h http.Handler, clk *testClock, steps []step) {
 	}
 }
 
-// newLimiter builds a Limiter or fails the test.
+// newLimiter builds a Limiter or fails the test. Over a Redis store it
+// gives the store 10 s (patient) unless opts set a timeout of their own:
+// under a loaded run a call to miniredis or a real Redis can take longer
+// than the default 100ms, which would hand the decision to the fallback,
+// on counters of its own, and change what a test counts.
 func newLimiter(t testing.TB, s ratelimit.Store, p *ratelimit.Policy, opts ...ratelimit.Option) *ratelimit.Limiter {
 	t.Helper()
+	if _, ok := s.(*store.Redis); ok {
+		opts = append([]ratelimit.Option{patient}, opts...)
+	}
 	l, err := ratelimit.New(s, p, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
