@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,26 +74,36 @@ func TestServerRealExtraArgs(t *testing.T) {
 
 func TestServerRealParallel(t *testing.T) {
 	serverBinary(t) // skip (or fail) here rather than in every subtest
-	seen := make(chan string, 4)
+	// The servers alive at one time: a port is free again once its server
+	// is gone, so only servers that overlap must differ.
+	var mu sync.Mutex
+	alive := map[string]bool{}
+	started := 0
 	t.Run("group", func(t *testing.T) {
-		for i := 0; i < cap(seen); i++ {
+		for i := 0; i < 4; i++ {
 			t.Run(fmt.Sprint(i), func(t *testing.T) {
 				t.Parallel()
 				s := StartServer(t)
 				if err := s.Client(t).Ping(context.Background()).Err(); err != nil {
 					t.Fatalf("PING: %v", err)
 				}
-				seen <- s.Addr
+				mu.Lock()
+				defer mu.Unlock()
+				if alive[s.Addr] {
+					t.Errorf("two servers alive at once on %s", s.Addr)
+				}
+				alive[s.Addr] = true
+				started++
+				t.Cleanup(func() { // before the server's own cleanup stops it
+					mu.Lock()
+					defer mu.Unlock()
+					delete(alive, s.Addr)
+				})
 			})
 		}
 	})
-	close(seen)
-	addrs := map[string]bool{}
-	for a := range seen {
-		if addrs[a] {
-			t.Errorf("two parallel servers on %s", a)
-		}
-		addrs[a] = true
+	if started != 4 {
+		t.Errorf("%d servers started, want 4", started)
 	}
 }
 
