@@ -104,9 +104,13 @@ func serve(t *testing.T, lim *ratelimit.Limiter, opts ...ratelimitgrpc.Option) (
 
 // newLimiter builds a Limiter that never holds a call (so a refusal is
 // immediate), or fails the test.
+//
+// It gives the store 10 s unless opts set a timeout: under a loaded -race
+// run a call to miniredis can take longer than the default 100ms, which
+// would hand the decision to the fallback, on counters of its own.
 func newLimiter(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, opts ...ratelimit.Option) *ratelimit.Limiter {
 	t.Helper()
-	l, err := ratelimit.New(s, p, append([]ratelimit.Option{ratelimit.WithMaxHeld(0)}, opts...)...)
+	l, err := ratelimit.New(s, p, append([]ratelimit.Option{ratelimit.WithMaxHeld(0), ratelimit.WithTimeout(10 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
