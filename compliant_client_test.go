@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/clientsim"
-	"github.com/ratelimitkit/ratelimit/internal/testmode"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/clientsim"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/testmode"
 	"github.com/ratelimitkit/ratelimit/store"
 )
 

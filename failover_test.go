@@ -19,8 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/redistest"
-	"github.com/ratelimitkit/ratelimit/internal/testmode"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/testmode"
 	"github.com/ratelimitkit/ratelimit/store"
 )
 

@@ -22,7 +22,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/redis/go-redis/v9"
 )

@@ -17,7 +17,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	ratelimitgrpc "github.com/ratelimitkit/ratelimit/grpc"
-	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimitkit/ratelimit/store"
 	rlredis "github.com/ratelimitkit/ratelimit/store/redis"
 )

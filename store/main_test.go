@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }

@@ -1,7 +1,7 @@
 // Package bridge carries what package ratelimit keeps unexported to the
 // packages of store writers (store/storekit) and of this module's stores:
 // a policy's layout, and the making and reading of receipts; and to
-// internal/clientsim, a Limiter's clock. Package
+// internal/testkit/clientsim, a Limiter's clock. Package
 // ratelimit fills it in at init; its values are typed loosely (any) only
 // because ratelimit imports this package, so it cannot import ratelimit.
 // Callers use the typed wrappers of store/storekit.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/shardmap"
+	"github.com/ratelimitkit/ratelimit/store/internal/shardmap"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 

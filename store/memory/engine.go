@@ -4,7 +4,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
-	"github.com/ratelimitkit/ratelimit/internal/verdict"
+	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 )
 
 // This file runs one request on the states of its keys: the decision both

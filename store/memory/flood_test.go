@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/testmode"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/testmode"
 )
 
 // floodClock is a controlled clock for the flood tests.

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/verdict"
+	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 )
 
 // Settle implements ratelimit.Settler: a refund of part of the charge, or

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
 )
 
 // TestClusterSlotsAndDebtAcrossMasters: on a real 3-master Redis Cluster,

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit/internal/clientsim"
-	"github.com/ratelimitkit/ratelimit/internal/redistest"
-	"github.com/ratelimitkit/ratelimit/internal/testmode"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/clientsim"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/testmode"
 )
 
 // TestRealCompliantClient runs the root package's TestCompliantClient

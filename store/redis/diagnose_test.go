@@ -19,7 +19,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
 )
 
 // closedAddr returns a loopback address nothing listens on.

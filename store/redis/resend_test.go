@@ -14,9 +14,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/faultproxy"
-	"github.com/ratelimitkit/ratelimit/internal/redistest"
-	"github.com/ratelimitkit/ratelimit/internal/testmode"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/faultproxy"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/testmode"
 )
 
 // TestRealResendChargedOnce: Redis runs a Take, then the connection breaks

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/verdict"
+	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 )
 
 // Settle implements ratelimit.Settler, in one script call (one per key on a

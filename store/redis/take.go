@@ -8,7 +8,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
-	"github.com/ratelimitkit/ratelimit/internal/verdict"
+	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/testmode"
+	"github.com/ratelimitkit/ratelimit/internal/testkit/testmode"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
