@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
+	"time"
 )
 
 // Allow reports whether one event may happen now for all of keys; it is
@@ -37,9 +40,9 @@ func (l *Limiter) AllowN(ctx context.Context, cost int64, keys ...string) (Decis
 	if err != nil {
 		return Decision{}, err
 	}
-	d, fb, failed, err := l.decide(ctx, nil, ask{policy: l.policy, keys: keys, cost: cost})
-	l.notifyCall(Result{Policy: l.policy, Keys: keys, Cost: cost, Decision: d, Err: err}, failed, fb)
-	return d, err
+	f := l.start(ctx, nil, l.policy, keys, cost)
+	f.record(f.decide(f.ask(opTake)))
+	return f.res.Decision, f.res.Err
 }
 
 // checkArgs validates the arguments of the calls outside HTTP and returns
@@ -77,8 +80,9 @@ func (l *Limiter) Wait(ctx context.Context, keys ...string) (Decision, error) {
 // returns an error, having charged nothing, when ctx ends first or its
 // deadline is too close for the wait (the error then wraps
 // context.DeadlineExceeded). It does not poll: the store's answer says how
-// long to wait. Where the policy can reserve (Policy.Reserves: an exact
-// log, or the token bucket) and the store is a Reserver, the place in line
+// long to wait. Where the policy can reserve (every limit counted by an
+// exact log, or the token bucket) and the store can (storekit.Reserver),
+// the place in line
 // is reserved in the same call, so waiters are served in order and never
 // more than the limit admits, measured at the time each is released; a
 // waiter whose ctx ends gives its place back. Under other policies WaitN
@@ -98,17 +102,15 @@ func (l *Limiter) WaitN(ctx context.Context, cost int64, keys ...string) (Decisi
 	if dl, ok := ctx.Deadline(); ok {
 		budget = dl.Sub(l.now())
 	}
-	res := Result{Policy: l.policy, Keys: keys, Cost: cost}
-	var fb, failed bool
-	var waitErr error
-	res.Decision, fb, failed, res.Err, waitErr = l.acquire(ctx, nil, ask{policy: l.policy, keys: keys, cost: cost}, budget)
-	if waitErr != nil {
-		return Decision{}, fmt.Errorf("ratelimit: WaitN: %w", waitErr)
+	f := l.start(ctx, nil, l.policy, keys, cost)
+	got, left := f.acquire(f.ask(opTake), budget)
+	if left != nil {
+		return Decision{}, fmt.Errorf("ratelimit: WaitN: %w", left)
 	}
-	l.notifyCall(res, failed, fb)
-	d := res.Decision
-	if failed || d.Allowed || cost == 0 {
-		return d, res.Err
+	f.record(got)
+	d := f.res.Decision
+	if f.by == byFailureMode || d.Allowed || cost == 0 {
+		return d, f.res.Err
 	}
 	if d.RetryAfter == Never {
 		return d, fmt.Errorf("ratelimit: WaitN: cost %d can never be admitted under policy %q (capacity %d)", cost, l.policy.Name(), l.policy.MaxCost())
@@ -122,7 +124,7 @@ func (l *Limiter) WaitN(ctx context.Context, cost int64, keys ...string) (Decisi
 // when nothing fits; the Decision then denies, with the wait until a cost
 // of 1 fits. On a Redis Cluster whose keys live on several masters, each
 // key grants what fits and the excess over the smallest grant is refunded
-// at once. The store must be a Granter (the memory and Redis stores are),
+// at once. The store must grant (storekit.Granter: the memory and Redis stores do),
 // else the error wraps errors.ErrUnsupported. When no store can decide,
 // FailOpen grants max and FailClosed 0, with the error saying why; the
 // rest is as AllowN. max must be at least 1.
@@ -134,15 +136,16 @@ func (l *Limiter) AllowUpTo(ctx context.Context, max int64, keys ...string) (gra
 	if max < 1 {
 		return 0, Decision{}, fmt.Errorf("ratelimit: AllowUpTo: max %d, want at least 1", max)
 	}
-	if _, ok := l.store.(Granter); !ok {
+	if !is[granter](l.store) {
 		return 0, Decision{}, fmt.Errorf("ratelimit: AllowUpTo: the store (%T) cannot grant part of a request: %w", l.store, errors.ErrUnsupported)
 	}
-	d, fb, failed, err := l.decide(ctx, nil, ask{policy: l.policy, keys: keys, cost: max, op: opUpTo})
-	if failed && d.Allowed {
-		d.Granted = max
+	f := l.start(ctx, nil, l.policy, keys, max)
+	got := f.decide(f.ask(opUpTo))
+	if got.by == byFailureMode && got.d.Allowed {
+		got.d.Granted = max
 	}
-	l.notifyCall(Result{Policy: l.policy, Keys: keys, Cost: max, Decision: d, Err: err}, failed, fb)
-	return d.Granted, d, err
+	f.record(got)
+	return f.res.Decision.Granted, f.res.Decision, f.res.Err
 }
 
 // Reset forgets the counters of keys under the Limiter's policy (and any
@@ -157,7 +160,7 @@ func (l *Limiter) Reset(ctx context.Context, keys ...string) error {
 // trip, and the fallback store if there is one; a deny cache in front of
 // the store (store.DenyCache) forgets the keys too, while other processes'
 // deny caches agree within their maximum hold (1s by default). The store
-// must be a Resetter (the memory and Redis stores are), else the error
+// must reset (storekit.Resetter: the memory and Redis stores do), else the error
 // wraps errors.ErrUnsupported. A store failure is returned as is: the
 // failure mode does not apply.
 func (l *Limiter) ResetPolicy(ctx context.Context, p *Policy, keys ...string) error {
@@ -168,17 +171,16 @@ func (l *Limiter) ResetPolicy(ctx context.Context, p *Policy, keys ...string) er
 	if err != nil {
 		return err
 	}
-	rs, ok := l.store.(Resetter)
+	rs, ok := l.store.(resetter)
 	if !ok {
 		return fmt.Errorf("ratelimit: Reset: the store (%T) cannot reset keys: %w", l.store, errors.ErrUnsupported)
 	}
 	if p.lease != nil {
-		l.forgetLeases(p, keys)
-		p = p.lease.store
+		l.leases.forget(p, keys)
 	}
-	err = l.op(ctx, nil, p, "store", "reset", func(ctx context.Context) error { return rs.Reset(ctx, p, keys...) })
-	if fr, ok := l.fallback.(Resetter); ok {
-		if ferr := l.op(ctx, nil, p, "fallback store", "reset", func(ctx context.Context) error { return fr.Reset(ctx, p, keys...) }); ferr != nil {
+	err = l.op(ctx, nil, p, byStore, "reset", func(ctx context.Context) error { return rs.Reset(ctx, p, keys...) })
+	if fr, ok := l.fallback.(resetter); ok {
+		if ferr := l.op(ctx, nil, p, byFallback, "reset", func(ctx context.Context) error { return fr.Reset(ctx, p, keys...) }); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
 	}
@@ -191,7 +193,7 @@ func (l *Limiter) ResetPolicy(ctx context.Context, p *Policy, keys ...string) er
 // charge. A charge is refunded at most once in a process, whoever asks:
 // a second Refund of it (or of a copy of d) does nothing and returns nil,
 // as does the Refund of a Decision that charged nothing. For a refund by
-// outcome in HTTP, see WithRefundIf. The store must be a Refunder (the
+// outcome in HTTP, see WithRefundIf. The store must refund (storekit.Refunder: the
 // memory and Redis stores are), else the error wraps errors.ErrUnsupported
 // (and the charge stays claimed: it is not refunded again). A store
 // failure is returned as is.
@@ -199,13 +201,8 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return l.refund(ctx, nil, d)
+	return l.refund(ctx, nil, d.Receipt)
 }
-
-// ErrSettled is returned by Settle for a charge already settled or
-// refunded: a charge is settled at most once, and a settled one is not
-// refunded.
-var ErrSettled = errors.New("ratelimit: the charge was already settled or refunded")
 
 // Settle changes the charge d reports (Decision.Receipt) to actual units,
 // the cost the work turned out to have (tokens generated, bytes sent,
@@ -233,50 +230,14 @@ var ErrSettled = errors.New("ratelimit: the charge was already settled or refund
 // Redis Cluster whose keys live on several masters, each key owes its
 // debt on its own: a master that fails leaves the others charged, and
 // the error says so. For settling in HTTP, see WithCostAfter. The store
-// must be a Settler (the memory and Redis stores are), else the error
+// must settle (storekit.Settler: the memory and Redis stores do), else the error
 // wraps errors.ErrUnsupported (and the charge stays claimed). A store
 // failure is returned as is.
 func (l *Limiter) Settle(ctx context.Context, d Decision, actual int64) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return l.settle(ctx, nil, d, actual)
-}
-
-func (l *Limiter) settle(ctx context.Context, r *http.Request, d Decision, actual int64) error {
-	if actual < 0 || actual > MaxSettle {
-		return fmt.Errorf("ratelimit: Settle: actual cost %d, want 0 to %d", actual, int64(MaxSettle))
-	}
-	rc := d.Receipt
-	if rc.IsZero() {
-		return nil
-	}
-	if !rc.claim() {
-		return ErrSettled
-	}
-	if rc.r.leases != nil {
-		return l.leaseAdjust(ctx, r, rc, actual-rc.r.cost)
-	}
-	s := l.charger(rc)
-	st, ok := s.(Settler)
-	if !ok {
-		return fmt.Errorf("ratelimit: Settle: the store (%T) cannot settle: %w", s, errors.ErrUnsupported)
-	}
-	return l.op(ctx, r, rc.policy(), l.which(s), "settle", func(ctx context.Context) error { return st.Settle(ctx, rc, actual) })
-}
-
-// notifyCall notifies a decision made outside HTTP.
-func (l *Limiter) notifyCall(res Result, failed, fallback bool) {
-	outcome := Allowed
-	switch {
-	case failed && res.Decision.Allowed:
-		outcome = FailedOpen
-	case failed:
-		outcome = FailedClosed
-	case !res.Decision.Allowed && res.Cost > 0:
-		outcome = Denied
-	}
-	l.notify(nil, res, outcome, fallback)
+	return l.settle(ctx, nil, d.Receipt, actual)
 }
 
 // dedupe returns keys without repeats, copying only if there are any.
@@ -299,4 +260,96 @@ func dedupe(keys []string) []string {
 		}
 	}
 	return keys
+}
+
+// Release frees the slots d's charge holds in the policy's Concurrent
+// limits, for every key, in one store call to the store that made the
+// charge, so that another request can start. The Handler releases a
+// request's slots when its handler returns (also on a panic, and when the
+// client left), renewing them every quarter lease while it runs; Release
+// is for requests decided outside HTTP (Allow, AllowN, WaitN), which are
+// not renewed: release within half the lease (Limit.Period of the
+// Concurrent limit), or the slot lapses by itself within the lease. A
+// charge is released at most once in a process, whoever asks; a Decision
+// that charged nothing, or of a policy without a Concurrent limit,
+// releases nothing and returns nil. A Refund or Settle of the charge does
+// not free its slots. The store must release (storekit.Releaser: the
+// memory and Redis stores do), else the error wraps errors.ErrUnsupported.
+// A store failure is returned as is: the slot then lapses after its lease.
+func (l *Limiter) Release(ctx context.Context, d Decision) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return l.release(ctx, nil, d.Receipt)
+}
+
+// A Call is a request that comes through another transport than net/http,
+// such as a gRPC call, as Serve decides it: the Limiter's identifiers,
+// skip, policy and cost functions, hooks and observers see it as an
+// *http.Request with these fields (Method POST, URL.Path and RequestURI
+// the Method here, Proto HTTP/2.0) and the call's context.
+type Call struct {
+	// Method is the call's method, the request's path: a gRPC full method
+	// ("/pkg.Service/Method"), say.
+	Method string
+	// RemoteAddr is the peer's address, host:port, as ByIP reads it.
+	RemoteAddr string
+	// Host is the authority the call was sent to.
+	Host string
+	// Header holds the call's metadata, keys in canonical form
+	// (http.CanonicalHeaderKey), as identifiers such as ByHeader read it.
+	Header http.Header
+}
+
+// request is c as an *http.Request on ctx.
+func (c Call) request(ctx context.Context) *http.Request {
+	h := c.Header
+	if h == nil {
+		h = http.Header{}
+	}
+	r := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: c.Method}, RequestURI: c.Method,
+		Proto: "HTTP/2.0", ProtoMajor: 2, Header: h, Host: c.Host, RemoteAddr: c.RemoteAddr}
+	return r.WithContext(ctx)
+}
+
+// Serve decides the call c as Handler decides an HTTP request, in the
+// same steps (skip, identifiers, policy and cost, one store call, holding
+// a wait below the maximum delay, failure mode, dry run), and runs run
+// when c is served: admitted, passed unlimited (WithSkip, no identifier
+// applies), in a dry run or by FailOpen. run gets a context that carries
+// the Result (FromContext) and the rate-limit fields to send before its
+// answer (what Handler writes as headers; nil when unlimited), and
+// returns the status its answer stands for, which WithRefundIf and
+// WithCostAfter are given (with 0 bytes written); a Concurrent limit's
+// slot is held while run runs. run is not called when c is refused:
+// Serve then returns the Result, whose Outcome is Denied (the fields
+// carry RateLimit and Retry-After) or FailedClosed (Retry-After: 1), or
+// whose Err is ctx's error when the caller went away while c was held.
+// served reports that run was called. Stacked Limiters see each other
+// through ctx, as through an HTTP request's.
+func (l *Limiter) Serve(ctx context.Context, c Call, run func(ctx context.Context, fields http.Header) (status int)) (res Result, fields http.Header, served bool) {
+	f := l.begin(c.request(ctx))
+	if f == nil {
+		run(ctx, nil)
+		return Result{}, nil, true
+	}
+	if !f.admit() {
+		f.res.Err = f.ctx.Err()
+		return f.res, nil, false
+	}
+	fields = http.Header{}
+	switch f.res.Outcome {
+	case FailedClosed:
+		if l.style != HeadersNone {
+			fields.Set(hdrRetryAfter, strconv.Itoa(int(failClosedRetryAfter/time.Second)))
+		}
+		return f.res, fields, false
+	case Denied:
+		f.fields(fields)
+		return f.res, fields, false
+	case Allowed, DryRunDenied:
+		f.fields(fields)
+	}
+	f.serve(func() (int, int64) { return run(f.ctx, fields), 0 })
+	return f.res, fields, true
 }

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimitkit/ratelimit/store"
-	"github.com/redis/go-redis/v9"
 )
 
 func TestAllowN(t *testing.T) {

@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimitkit/ratelimit/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestHandlerClientGone: a client that went away (its request's context

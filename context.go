@@ -29,6 +29,8 @@ type Result struct {
 	// DryRun reports whether the Limiter was in dry-run mode: the request
 	// went through even if Decision denies it.
 	DryRun bool
+	// Outcome is what the Limiter did with the request.
+	Outcome Outcome
 }
 
 // ctxKey is the context key of the frames; unexported so that only this
@@ -40,7 +42,8 @@ type ctxKey struct{}
 type frame struct {
 	res   Result
 	outer *frame
-	lim   *Limiter // nil for a Result added by NewContext
+	// limited: a Limiter's frame, not a Result added by NewContext.
+	limited bool
 	// served is cleared by an inner Limiter (or its failure mode) that
 	// refused the request, so that this Limiter gives back its charge.
 	refused atomic.Bool
@@ -96,4 +99,24 @@ func AllFromContext(ctx context.Context) []Result {
 		out[n] = f.res
 	}
 	return out
+}
+
+// refuseOuter tells the Limiters outside f that the request was not
+// served, so they give their charges back.
+func refuseOuter(f *frame) {
+	for o := f.outer; o != nil; o = o.outer {
+		if o.limited {
+			o.refused.Store(true)
+		}
+	}
+}
+
+// stacked reports whether another Limiter handled the request before f.
+func stacked(f *frame) bool {
+	for o := f.outer; o != nil; o = o.outer {
+		if o.limited {
+			return true
+		}
+	}
+	return false
 }

@@ -63,7 +63,7 @@ func TestHandlerDenied(t *testing.T) {
 // sends Retry-After: 1, as the problem document's retry_after says.
 func TestRetryAfterAgreesWithBody(t *testing.T) {
 	s := storeFunc(func(_ context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-		return ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, req.Policy.NumLimits())}, nil // denied, RetryAfter 0
+		return ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, len(req.Policy.Limits()))}, nil // denied, RetryAfter 0
 	})
 	lim := newLimiter(t, s, ratelimit.MustParsePolicy("1/s"))
 	w := httptest.NewRecorder()

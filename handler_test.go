@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store"
 )

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -116,15 +117,10 @@ func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 		drop   [8]string
 		nd     int
 	)
-	var policyHeader string // RateLimit-Policy, when the policy has it ready
+	var policyValue string // RateLimit-Policy, built once per policy
 	if style&(HeadersIETF|HeadersDraft10) != 0 {
-		if p != nil && p.header != "" {
-			policyHeader = p.header
-		} else if len(limits) > 0 {
-			start := len(b)
-			b = appendPolicyHeader(b, limits, tokenBucket)
-			fields[nf] = field{hdrPolicy, start, len(b)}
-			nf++
+		if len(limits) > 0 {
+			policyValue = p.policyHeader()
 		} else {
 			drop[nd] = hdrPolicy
 			nd++
@@ -188,7 +184,7 @@ func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 	for _, k := range drop[:nd] {
 		delete(h, k)
 	}
-	if nf == 0 && policyHeader == "" {
+	if nf == 0 && policyValue == "" {
 		return
 	}
 	all := string(b)
@@ -197,10 +193,71 @@ func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 		vals[i] = all[f.start:f.end]
 		h[f.key] = vals[i : i+1 : i+1]
 	}
-	if policyHeader != "" {
-		vals[nf] = policyHeader
+	if policyValue != "" {
+		vals[nf] = policyValue
 		h[hdrPolicy] = vals[nf : nf+1 : nf+1]
 	}
+}
+
+// writeFields writes the rate-limit headers of style for decision d of
+// p, as a Limiter writes them: after those of the Limiters outside it when
+// stacked (their lists first; of the legacy styles, the limit with the
+// least remaining), and Retry-After for a denial.
+func writeFields(h http.Header, style HeaderStyle, p *Policy, d Decision, stacked, denied bool) {
+	if style == HeadersNone {
+		return
+	}
+	if !stacked {
+		SetHeaders(h, style, p, d)
+	} else {
+		prevPolicy, prevRL := h.Values(hdrPolicy), h.Values(hdrRateLimit)
+		type trio struct{ lim, rem, reset []string }
+		var prev [2]trio
+		for i, names := range [2][3]string{{hdrLimit, hdrRemaining, hdrReset}, {hdrXLimit, hdrXRemaining, hdrXReset}} {
+			prev[i] = trio{h.Values(names[0]), h.Values(names[1]), h.Values(names[2])}
+		}
+		SetHeaders(h, style, p, d)
+		// Draft-10 fields are lists: the outer Limiters' items first.
+		if style&(HeadersIETF|HeadersDraft10) != 0 {
+			for _, kv := range [...]struct {
+				name string
+				prev []string
+			}{{hdrPolicy, prevPolicy}, {hdrRateLimit, prevRL}} {
+				if len(kv.prev) > 0 && h.Get(kv.name) != "" {
+					h[kv.name] = []string{strings.Join(kv.prev, ", ") + ", " + h.Get(kv.name)}
+				}
+			}
+		}
+		// The legacy fields hold one limit: the one with the least left.
+		for i, names := range [2][3]string{{hdrLimit, hdrRemaining, hdrReset}, {hdrXLimit, hdrXRemaining, hdrXReset}} {
+			if len(prev[i].rem) == 0 || h.Get(names[1]) == "" {
+				continue
+			}
+			was, err1 := strconv.ParseInt(prev[i].rem[0], 10, 64)
+			now, err2 := strconv.ParseInt(h.Get(names[1]), 10, 64)
+			if err1 == nil && err2 == nil && was < now {
+				h[names[0]], h[names[1]], h[names[2]] = prev[i].lim, prev[i].rem, prev[i].reset
+			}
+		}
+	}
+	if denied {
+		if d.RetryAfter == Never {
+			h.Del(hdrRetryAfter) // waiting does not help; an outer dry run's value would mislead
+		} else {
+			SetRetryAfter(h, d)
+		}
+	}
+}
+
+// policyHeader returns the RateLimit-Policy value of p, built at its
+// first use.
+func (p *Policy) policyHeader() string {
+	if h := p.header.Load(); h != nil {
+		return *h
+	}
+	h := string(appendPolicyHeader(nil, p.limits, p.algorithm == TokenBucket))
+	p.header.Store(&h)
+	return h
 }
 
 // appendPolicyHeader appends the RateLimit-Policy value of limits.

@@ -50,7 +50,7 @@ func TestHandlerHoldsWaitsBelowASecond(t *testing.T) {
 			})
 			srv := lim.Handler(okHandler)
 			n := int(tc.policy.MaxCost())
-			if per := tc.policy.Limit(0).Period.Microseconds(); tc.policy.Algorithm() == ratelimit.FixedWindow {
+			if per := tc.policy.Limits()[0].Period.Microseconds(); tc.policy.Algorithm() == ratelimit.FixedWindow {
 				clk.Advance(time.Duration(per-clk.Now().UnixMicro()%per) * time.Microsecond) // a window's start
 			}
 			for k := 0; k < n; k++ {

@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestIdempotencyKey: a request repeated with the same Idempotency-Key is

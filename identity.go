@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"reflect"
 	"strings"
 )
 
@@ -141,6 +142,47 @@ func (f *firstOf) Identify(r *http.Request) (string, bool) {
 	return "", false
 }
 
+// identify returns the keys of the identifiers ids that apply to r, without
+// duplicates, or nil if none applies.
+func identify(ids []Identifier, r *http.Request) []string {
+	var keys []string
+ids:
+	for _, id := range ids {
+		k, ok := id.Identify(r)
+		if !ok || k == "" {
+			continue
+		}
+		for _, seen := range keys {
+			if seen == k {
+				continue ids
+			}
+		}
+		if keys == nil {
+			keys = make([]string, 0, len(ids))
+		}
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// requestID returns the request ID of r's idempotency header (hashed;
+// WithIdempotencyKey), or "" when there is none.
+func requestID(header string, r *http.Request) string {
+	if header == "" {
+		return ""
+	}
+	vals := r.Header[header]
+	if len(vals) == 0 {
+		return ""
+	}
+	v := trimOWS(vals[0])
+	if v == "" || len(v) > 1024 {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "idem:" + hex.EncodeToString(sum[:16])
+}
+
 // validHeaderName reports why name cannot be a header field name, or nil.
 func validHeaderName(name string) error {
 	if name == "" {
@@ -166,3 +208,9 @@ func isAlnum(c byte) bool {
 // trimOWS trims the optional whitespace (spaces and tabs) HTTP allows
 // around header values and list elements.
 func trimOWS(s string) string { return strings.Trim(s, " \t") }
+
+// isNilFunc reports whether v is a nil func in an interface.
+func isNilFunc(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Func && rv.IsNil()
+}

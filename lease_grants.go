@@ -19,8 +19,10 @@ import (
 // itself alone: other callers may spend a refill first.
 const leaseTries = 3
 
-// leaseTable holds a Limiter's grants, one slot per leased policy and key.
+// leaseTable holds a Limiter's grants, one slot per leased policy and key,
+// and asks the stores for them (d).
 type leaseTable struct {
+	d  *decider
 	mu sync.Mutex
 	m  map[leaseKey]*leaseSlot
 }
@@ -101,32 +103,32 @@ func (t *leaseTable) drop(def, key string, s *leaseSlot) {
 	}
 }
 
-// sweep forgets s, key's slot, when it holds nothing at now: no grant, no
-// refill under way, no denial to repeat. A caller that still holds s may
-// put a grant in it: that grant is settled by its own timer. Forgetting a
-// slot forgets nothing a request admitted from it needs: its receipt
-// holds its grant, whose debts go to the store at once.
-func (l *Limiter) sweep(ls *leasing, s *leaseSlot, key string) {
+// sweep forgets s, key's slot under p, when it holds nothing at now: no
+// grant, no refill under way, no denial to repeat. A caller that still
+// holds s may put a grant in it: that grant is settled by its own timer.
+// Forgetting a slot forgets nothing a request admitted from it needs: its
+// receipt holds its grant, whose debts go to the store at once.
+func (t *leaseTable) sweep(p *Policy, s *leaseSlot, key string) {
 	s.mu.Lock()
-	idle := s.cur == nil && s.fetching == nil && s.deniedUntil <= l.sinceEpoch()
+	idle := s.cur == nil && s.fetching == nil && s.deniedUntil <= t.d.sinceEpoch()
 	s.mu.Unlock()
 	if idle {
-		l.leases.drop(ls.store.def, key, s)
+		t.drop(p.def, key, s)
 	}
 }
 
-// leaseDecide decides a request of a leased policy from its keys' grants,
+// decide decides a request of a leased policy from its keys' grants,
 // refilling those short of its cost.
-func (l *Limiter) leaseDecide(ctx context.Context, r *http.Request, a ask) (Decision, bool, bool, error) {
-	ls := a.policy.lease
-	slots := l.leases.slots(ls.store.def, a.keys)
+func (t *leaseTable) decide(ctx context.Context, r *http.Request, a ask) decided {
+	p := a.policy
+	slots := t.slots(p.def, a.keys)
 	// A slot made for this request that ends up holding nothing (another
 	// key denied it, or the store refused its grant) is forgotten now:
 	// keys that come and go while a shared key is denied do not grow the
 	// process.
 	defer func() {
 		for i, s := range slots {
-			l.sweep(ls, s, a.keys[i])
+			t.sweep(p, s, a.keys[i])
 		}
 	}()
 	order := make([]int, len(slots))
@@ -134,31 +136,33 @@ func (l *Limiter) leaseDecide(ctx context.Context, r *http.Request, a ask) (Deci
 		order[i] = i
 	}
 	slices.SortFunc(order, func(i, j int) int { return compareStrings(a.keys[i], a.keys[j]) })
-	fallback := false
+	by := byStore // the fallback, once it granted a refill
 tries:
 	for range leaseTries {
-		now := l.sinceEpoch()
+		now := t.d.sinceEpoch()
 		for _, i := range order {
 			slots[i].mu.Lock()
 		}
-		d, short, denied := l.spend(a, slots, now)
+		d, short, denied := t.spend(a, slots, now)
 		for _, i := range order {
 			slots[i].mu.Unlock()
 		}
 		if denied || short == nil {
-			return d, fallback, false, nil
+			return decided{d: d, by: by}
 		}
 		need := a.cost
 		if a.op == opUpTo {
 			need = 1
 		}
 		for _, i := range short {
-			d, fb, failed, err, ok := l.refill(ctx, r, ls, slots[i], a.keys[i], need)
-			fallback = fallback || fb
-			if failed || !ok {
-				return d, fallback, failed, err
+			got, ok := t.refill(ctx, r, p, slots[i], a.keys[i], need)
+			if got.by == byFallback {
+				by = byFallback
 			}
-			if d.Granted > 0 && d.Granted < need {
+			if !ok {
+				return got
+			}
+			if got.d.Granted > 0 && got.d.Granted < need {
 				break tries // the limit had less room than the cost: the store decides it
 			}
 		}
@@ -170,7 +174,7 @@ tries:
 	if a.op == opUpTo {
 		op = opUpTo
 	}
-	return l.decide(ctx, r, ask{policy: ls.store, keys: a.keys, cost: a.cost, op: op})
+	return t.d.decide(ctx, r, ask{policy: p, keys: a.keys, cost: a.cost, op: op})
 }
 
 func compareStrings(a, b string) int {
@@ -186,7 +190,7 @@ func compareStrings(a, b string) int {
 // spend admits a from the running grants of slots (all locked) at now:
 // denied when a key's denial still holds; else, when every grant has
 // room, the admission; else the indices of the keys short of it.
-func (l *Limiter) spend(a ask, slots []*leaseSlot, now int64) (d Decision, short []int, denied bool) {
+func (t *leaseTable) spend(a ask, slots []*leaseSlot, now int64) (d Decision, short []int, denied bool) {
 	n := a.cost
 	for i, s := range slots {
 		if s.deniedUntil > now {
@@ -227,7 +231,11 @@ func (l *Limiter) spend(a ask, slots []*leaseSlot, now int64) (d Decision, short
 		d.Limits[i].RefillAfter = max(d.Limits[i].RefillAfter-elapsed, 0)
 	}
 	d.Granted, d.Delay, d.Repeated = n, 0, false
-	d.Receipt = Receipt{&receipt{policy: a.policy, keys: a.keys, cost: n, leases: uses}}
+	d.Receipt = Receipt{Policy: a.policy, Keys: a.keys, Cost: n, c: &claim{
+		adjust: func(ctx context.Context, r *http.Request, delta int64) error {
+			return t.adjust(ctx, r, a.policy, uses, delta)
+		},
+	}}
 	return d, nil, false
 }
 
@@ -254,32 +262,34 @@ func localDenial(s *leaseSlot, i int, now int64) Decision {
 	return d
 }
 
-// refill gets key a running grant with room for need, or waits for the
-// refill another caller has under way. ok is false when the request is
-// decided: failed (the failure mode's Decision) or denied by the store.
-func (l *Limiter) refill(ctx context.Context, r *http.Request, ls *leasing, s *leaseSlot, key string, need int64) (d Decision, fallback, failed bool, err error, ok bool) {
+// refill gets key, under the leased policy p, a running grant with room
+// for need, or waits for the refill another caller has under way. ok is
+// false when the request is decided: by the failure mode, or denied by
+// the store.
+func (t *leaseTable) refill(ctx context.Context, r *http.Request, p *Policy, s *leaseSlot, key string, need int64) (got decided, ok bool) {
 	s.mu.Lock()
 	if ch := s.fetching; ch != nil {
 		s.mu.Unlock()
 		<-ch // bounded by the store calls' timeouts
-		return Decision{}, false, false, nil, true
+		return decided{}, true
 	}
-	now := l.sinceEpoch()
+	now := t.d.sinceEpoch()
 	if s.deniedUntil > now {
 		s.mu.Unlock()
-		return Decision{}, false, false, nil, true // spend repeats the denial
+		return decided{}, true // spend repeats the denial
 	}
 	old := s.cur
 	if old != nil && now < old.until && old.granted-old.used >= need {
 		s.mu.Unlock()
-		return Decision{}, false, false, nil, true // refilled meanwhile
+		return decided{}, true // refilled meanwhile
 	}
 	s.cur = nil
 	var from, to int64
 	if old != nil {
-		from, to = l.closed(s, old, now)
+		from, to = closeGrant(s, old, now)
 	}
-	size := max(min(s.size, ls.terms.chunk), need) // a cost above chunk is granted alone
+	terms := p.lease.terms
+	size := max(min(s.size, terms.chunk), need) // a cost above chunk is granted alone
 	ch := make(chan struct{})
 	s.fetching = ch
 	s.mu.Unlock()
@@ -290,31 +300,32 @@ func (l *Limiter) refill(ctx context.Context, r *http.Request, ls *leasing, s *l
 		close(ch)
 	}()
 	if old != nil {
-		_ = l.rechargeGrant(ctx, r, ls, old, from, to)
+		_ = t.recharge(ctx, r, p, old, from, to)
 	}
-	start := l.sinceEpoch()
-	d, fallback, failed, err = l.decide(ctx, r, ask{policy: ls.store, keys: []string{key}, cost: size, op: opLease, hold: ls.terms.hold})
+	start := t.d.sinceEpoch()
+	got = t.d.decide(ctx, r, ask{policy: p, keys: []string{key}, cost: size, op: opLease, hold: terms.hold})
+	d := got.d
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if failed || d.Granted == 0 {
-		if !failed && d.RetryAfter > 0 && d.RetryAfter != Never {
+	if got.by == byFailureMode || d.Granted == 0 {
+		if got.by != byFailureMode && d.RetryAfter > 0 && d.RetryAfter != Never {
 			s.denial, s.deniedUntil = d, start+int64(d.RetryAfter)
-			time.AfterFunc(d.RetryAfter, func() { l.sweep(ls, s, key) })
+			time.AfterFunc(d.RetryAfter, func() { t.sweep(p, s, key) })
 		}
-		return d, fallback, failed, err, false
+		return got, false
 	}
-	g := &grant{d: d, granted: d.Granted, charged: d.Granted, start: start, until: start + int64(ls.terms.hold)}
+	g := &grant{d: d, granted: d.Granted, charged: d.Granted, start: start, until: start + int64(terms.hold)}
 	s.cur = g
-	time.AfterFunc(ls.terms.hold, func() { l.expire(ls, s, key, g) })
-	return d, fallback, false, nil, true
+	time.AfterFunc(terms.hold, func() { t.expire(p, s, key, g) })
+	return got, true
 }
 
-// closed marks g, s's grant until now (s locked), closed, sizes the
+// closeGrant marks g, s's grant until now (s locked), closed, sizes the
 // next grant (twice what g spent, doubled again when g ran out before
 // its hold ended), and returns what the store counts for g and what it
 // is to count, g having given back what it did not spend: its caller
-// settles it (rechargeGrant).
-func (l *Limiter) closed(s *leaseSlot, g *grant, now int64) (from, to int64) {
+// settles it (recharge).
+func closeGrant(s *leaseSlot, g *grant, now int64) (from, to int64) {
 	g.closed = true
 	next := 2 * g.used
 	if now < g.until && g.used >= g.granted {
@@ -332,40 +343,40 @@ func (l *Limiter) closed(s *leaseSlot, g *grant, now int64) (from, to int64) {
 
 // expire closes g when its hold has ended and it still runs, giving back
 // what it did not spend, and forgets the slot when it holds nothing more.
-func (l *Limiter) expire(ls *leasing, s *leaseSlot, key string, g *grant) {
+func (t *leaseTable) expire(p *Policy, s *leaseSlot, key string, g *grant) {
 	s.mu.Lock()
-	now := l.sinceEpoch()
+	now := t.d.sinceEpoch()
 	if s.cur != g || now < g.until || s.fetching != nil {
 		s.mu.Unlock()
 		return // replaced, or a test clock not there yet: the next request closes it
 	}
 	s.cur = nil
-	from, to := l.closed(s, g, now)
+	from, to := closeGrant(s, g, now)
 	s.mu.Unlock()
-	_ = l.rechargeGrant(context.Background(), nil, ls, g, from, to)
-	l.sweep(ls, s, key)
+	_ = t.recharge(context.Background(), nil, p, g, from, to)
+	t.sweep(p, s, key)
 }
 
-// rechargeGrant changes what the store counts for g from units to to
-// units, as a settle of g's charge as it stood (g's charged already says
-// to): what it did not spend goes back (to < from), a debt beyond what
-// the store counted is charged now (to > from). The error goes to the
-// hooks and the log, and to the caller.
-func (l *Limiter) rechargeGrant(ctx context.Context, r *http.Request, ls *leasing, g *grant, from, to int64) error {
+// recharge changes what the store counts for g, a grant under p, from
+// units to to units, as a settle of g's charge as it stood (g's charged
+// already says to): what it did not spend goes back (to < from), a debt
+// beyond what the store counted is charged now (to > from). The error
+// goes to the hooks and the log, and to the caller.
+func (t *leaseTable) recharge(ctx context.Context, r *http.Request, p *Policy, g *grant, from, to int64) error {
 	rc := g.d.Receipt
 	if from == to || rc.IsZero() {
 		return nil
 	}
-	s := l.charger(rc)
-	st, ok := s.(Settler)
+	by := chargedBy(rc)
+	st, ok := t.d.storeOf(by).(settler)
 	if !ok {
-		return fmt.Errorf("ratelimit: the store (%T) cannot settle a leased grant: %w", s, errors.ErrUnsupported)
+		return fmt.Errorf("ratelimit: the store (%T) cannot settle a leased grant: %w", t.d.storeOf(by), errors.ErrUnsupported)
 	}
 	was := rc.withCost(from)
-	return l.op(ctx, r, ls.store, l.which(s), "settle", func(ctx context.Context) error { return st.Settle(ctx, was, to) })
+	return t.d.op(ctx, r, p, by, "settle", func(ctx context.Context) error { return st.Settle(ctx, was, to) })
 }
 
-// leaseAdjust changes what a request admitted from grants (rc) spent by
+// adjust changes what a request admitted from grants under p (uses) spent by
 // delta units: back into the grants still running when negative (a grant
 // closed keeps them: the limit under-admits by them), and a debt when
 // positive, charged to the store now (a settle of each key's grant above
@@ -373,9 +384,9 @@ func (l *Limiter) rechargeGrant(ctx context.Context, r *http.Request, ls *leasin
 // process admits a request while the debt fills a limit. The grant's
 // unspent units stay to spend; once it carries a debt, it gives nothing
 // back when it closes (a debt voids the refunds of earlier charges).
-func (l *Limiter) leaseAdjust(ctx context.Context, r *http.Request, rc Receipt, delta int64) error {
+func (t *leaseTable) adjust(ctx context.Context, r *http.Request, p *Policy, uses []leaseUse, delta int64) error {
 	var errs []error
-	for _, u := range rc.r.leases {
+	for _, u := range uses {
 		u.s.mu.Lock()
 		g := u.g
 		from := g.charged
@@ -387,17 +398,17 @@ func (l *Limiter) leaseAdjust(ctx context.Context, r *http.Request, rc Receipt, 
 		}
 		to := g.charged
 		u.s.mu.Unlock()
-		if err := l.rechargeGrant(ctx, r, rc.policy().lease, g, from, to); err != nil {
+		if err := t.recharge(ctx, r, p, g, from, to); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// forgetLeases drops the process's grants of keys under the leased
+// forget drops the process's grants of keys under the leased
 // policy p (a Reset): unsettled, as the store forgets their charges.
-func (l *Limiter) forgetLeases(p *Policy, keys []string) {
-	for _, s := range l.leases.existing(p.lease.store.def, keys) {
+func (t *leaseTable) forget(p *Policy, keys []string) {
+	for _, s := range t.existing(p.def, keys) {
 		s.mu.Lock()
 		if g := s.cur; g != nil {
 			// The store forgets its charge: a debt settled later charges

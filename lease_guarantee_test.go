@@ -252,7 +252,7 @@ func runLeaseTrace(t *testing.T, seed int64, newStore func(t *testing.T, now fun
 			case 0:
 				clk.Advance(hold - time.Duration(rng.Int63n(int64(hold)/10+1)))
 			case 1:
-				clk.Advance(time.Duration(rng.Int63n(int64(p.Limit(0).Period) / 3)))
+				clk.Advance(time.Duration(rng.Int63n(int64(p.Limits()[0].Period) / 3)))
 			case 2, 3:
 				clk.Advance(time.Duration(rng.Int63n(int64(2*hold) + 1)))
 			default:

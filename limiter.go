@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/internal/breaker"
@@ -14,11 +16,12 @@ import (
 // strings, against a Policy counted in a Store. Build one with New; the
 // zero value is not usable. A Limiter is safe for concurrent use.
 //
-// Handler wraps an http.Handler: most callers want it. Allow and AllowN
-// ask the same question outside HTTP, for keys the caller chooses; Wait
-// and WaitN wait for their turn instead of being refused; AllowUpTo grants
-// what is left of a quota; Refund gives a charge back and Reset forgets
-// keys.
+// Handler wraps an http.Handler: most callers want it. Serve decides a
+// request that comes through another transport (a gRPC call) the same
+// way. Allow and AllowN ask the same question for keys the caller
+// chooses; Wait and WaitN wait for their turn instead of being refused;
+// AllowUpTo grants what is left of a quota; Refund gives a charge back
+// and Reset forgets keys.
 //
 // Every decision costs one call to the store, however many identifiers
 // and limits are involved. When the store fails or does not answer within
@@ -28,14 +31,9 @@ import (
 // (FailClosed unless WithFailureMode says otherwise). A request that none
 // of the identifiers applies to passes unlimited (see WithIdentifiers).
 type Limiter struct {
-	config
-	// epoch is when the Limiter (or its test clock) started: the clocks of
-	// the circuit breaker and of the logs count from it (monotonic).
-	epoch time.Time
-	// outage is what the log tells of the store's failures (outage_log.go).
-	outage outageLog
-	// holding counts the requests Handler holds (hold.go).
-	holding holder
+	decider
+	// held counts the requests held now (WithMaxDelay, WithMaxHeld).
+	held atomic.Int64
 	// leases holds the grants of leased policies (lease_grants.go).
 	leases leaseTable
 }
@@ -51,64 +49,110 @@ type Limiter struct {
 // ByIP (the default identifier) fails.
 //
 // When the store fails, a Limiter built without WithFallback and
-// WithFailureMode asks the store's own fallback (see FallbackStore: the
-// Redis store names a memory store, so each server keeps limiting on its
-// own, and a fleet of N servers admits up to N times the limit until Redis
-// answers again); with a store that names none, it refuses requests
+// WithFailureMode asks the store's own fallback (storekit.FallbackStore:
+// the Redis store names a memory store, so each server keeps limiting on
+// its own, and a fleet of N servers admits up to N times the limit until
+// Redis answers again); with a store that names none, it refuses requests
 // (FailClosed). Unlimited is a choice: WithFailureMode(FailOpen).
 func New(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
 	l := &Limiter{}
-	if err := l.config.init(store, policy, opts); err != nil {
+	if err := configure(&l.config, store, policy, opts); err != nil {
 		return nil, err
 	}
 	l.sleep = sleep
+	l.outage.logger, l.outage.mode, l.outage.fallback, l.outage.breaker = l.logger, l.mode, l.fallback != nil, &l.breaker
 	l.setClock(time.Now)
+	l.leases.d = &l.decider
 	return l, nil
 }
 
-// DefaultTimeout is how long a Limiter waits for its store on each call
-// unless WithTimeout says otherwise. A healthy Redis on the same network
-// answers in well under a millisecond, so 100ms trips only when the store
-// is in real trouble, while it caps what an outage adds to the latency of
-// every request. Raise it for a store that is far away.
-const DefaultTimeout = 100 * time.Millisecond
+// configure sets c to the defaults, applies opts over them and checks the
+// whole: what New validates.
+func configure(c *config, store Store, policy *Policy, opts []Option) error {
+	if isNil(store) {
+		return errors.New("ratelimit: New: nil store")
+	}
+	if policy == nil {
+		return errors.New("ratelimit: New: nil policy")
+	}
+	*c = config{
+		store:   store,
+		policy:  policy,
+		cost:    1,
+		timeout: DefaultTimeout,
+		style:   HeadersIETF,
+		breaker: breaker.Breaker{Threshold: DefaultCircuitFailures, Cooldown: int64(DefaultCircuitCooldown), Quiet: true},
+		logger:  slog.Default(),
+		denied:  deniedHandler,
+		// Hold the waits Retry-After cannot say (WithMaxDelay).
+		maxDelay: holdBelow,
+		maxHeld:  DefaultMaxHeld,
+	}
+	for i, o := range opts {
+		if o == nil {
+			return fmt.Errorf("ratelimit: New: option %d is nil", i)
+		}
+		if o(c); c.err != nil {
+			return c.err
+		}
+	}
+	switch {
+	case c.costSet && c.costFn != nil:
+		return errors.New("ratelimit: WithCost and WithCostFunc are exclusive")
+	case c.cost > policy.MaxCost():
+		return fmt.Errorf("ratelimit: WithCost(%d): above the capacity %d of policy %q, every request would be denied",
+			c.cost, policy.MaxCost(), policy.Name())
+	case c.fallback != nil && sameStore(c.fallback, store):
+		return errors.New("ratelimit: WithFallback: the fallback is the store itself")
+	}
+	if policy.algorithm == SlidingWindowApprox {
+		for _, l := range policy.limits {
+			if l.Rate < MinApproxRate {
+				return fmt.Errorf("ratelimit: New: policy %q: limit %q (%d per %s): the approximation loses about one unit per period to its estimate, more than 5%% of a rate below %d, so a client that honours Retry-After would get less than it was promised; use SlidingWindow, exact at this rate for the same cost",
+					policy.Name(), l.Name, l.Rate, FormatPeriod(l.Period), MinApproxRate)
+			}
+		}
+	}
+	if !c.modeSet {
+		// The store's own fallback, then FailClosed (see WithFailureMode).
+		c.mode = FailClosed
+		if fs, ok := store.(fallbackStore); ok && c.fallback == nil {
+			if f := fs.Fallback(); !isNil(f) {
+				if sameStore(f, store) {
+					return fmt.Errorf("ratelimit: New: the store's fallback (%T.Fallback) is the store itself", store)
+				}
+				c.fallback = f
+			}
+		}
+	}
+	if c.ids == nil {
+		id := ByIP()
+		if err := identifierErr(id); err != nil {
+			return fmt.Errorf("ratelimit: default identifier: %w", err)
+		}
+		c.ids = []Identifier{id}
+	}
+	for _, need := range [...]struct {
+		asked bool
+		has   bool
+		what  string
+	}{
+		{c.refundIf != nil, is[refunder](store), "WithRefundIf: the store (%T) cannot refund"},
+		{policy.lease != nil, is[leaser](store), "New: policy is leased (WithLease) and the store (%T) cannot lease"},
+		{c.costAfter != nil, is[settler](store), "WithCostAfter: the store (%T) cannot settle"},
+	} {
+		if need.asked && !need.has {
+			return fmt.Errorf("ratelimit: "+need.what+": %w", store, errors.ErrUnsupported)
+		}
+	}
+	return nil
+}
 
-// FailureMode says what a Limiter does when it cannot get a decision: the
-// store (and the fallback store, if any) failed or did not answer within
-// the timeout. Set it with WithFailureMode.
-type FailureMode uint8
-
-const (
-	// FailOpen lets the request through, without rate-limit headers: an
-	// outage of the store does not become an outage of the service, but
-	// leaves the routes unlimited while it lasts. The error goes to the
-	// error hook and the outage to the log (see WithLogger). Only
-	// WithFailureMode(FailOpen) chooses it.
-	FailOpen FailureMode = iota
-	// FailClosed answers 503 Service Unavailable with "Retry-After: 1",
-	// "Cache-Control: no-store" and a problem document of the type
-	// UnavailableProblemType that reveals nothing of the error. A request of cost 0 is served all the same.
-	// Allow and AllowN report the request denied, with a RetryAfter of one
-	// second. It is the default when no fallback store can decide (see
-	// WithFailureMode).
-	FailClosed
-)
-
-// String returns "fail-open" or "fail-closed".
-func (m FailureMode) String() string { return enumName(failureModeNames, uint8(m), "failure-mode") }
-
-var failureModeNames = []string{"fail-open", "fail-closed"}
-
-// failClosedRetryAfter is the Retry-After of the 503 answered by FailClosed,
-// and the RetryAfter of its Decision: store outages are usually short, and
-// the limiter gives up on a store within its timeout, so a client may try
-// again soon.
-const failClosedRetryAfter = time.Second
-
-// ErrCircuitOpen is wrapped by the error a Limiter reports when it did not
-// ask its store because the store's circuit is open (see
-// WithCircuitBreaker). The fallback store or the failure mode decided.
-var ErrCircuitOpen = errors.New("store circuit open")
+// is reports whether s offers the operation of interface T.
+func is[T any](s Store) bool {
+	_, ok := s.(T)
+	return ok
+}
 
 // sleep waits d, or until ctx is done.
 func sleep(ctx context.Context, d time.Duration) error {
@@ -122,318 +166,234 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// setClock sets the clock of the circuit breaker and the logs, and
-// restarts the logs (outage_log.go).
-func (l *Limiter) setClock(now func() time.Time) {
-	l.now = now
-	l.epoch = now()
-	l.outage.restart()
+// A flight is one request's way through a Limiter, from its admission to
+// its end; every front (the Handler, Serve, Allow, Wait and AllowUpTo)
+// goes through one. start (or begin, for a request) chooses its policy,
+// keys and cost; decide asks for a decision (a leased policy's grants
+// first, then the stores: decide.go); acquire waits for a place in line;
+// record tells the hooks, the observers and the log what was decided;
+// serve runs the request and then finishes it by outcome: a refund, a
+// settle, its slots released.
+//
+// Holding: Retry-After counts whole seconds, so a client told to wait
+// 50ms waits a second. Where a second is most of what a limit admits (a
+// token bucket whose burst refills within a second, a period under a
+// second, the approximation's weighted window), such a client gets a
+// fraction of the rate it was promised. So a front that serves requests
+// holds one whose wait is below one second, by default, rather than
+// refuse it: it is served when its turn comes (admit). At most MaxHeld
+// requests of one Limiter are held at once; beyond that, requests are
+// refused as before.
+type flight struct {
+	l *Limiter
+	// ctx carries the request's values to the stores, and its end to a
+	// wait; once admitted, the request's Result too.
+	ctx context.Context
+	req *http.Request // nil outside a front that serves requests
+	res Result
+	id  string    // the request ID (WithIdempotencyKey), "" for none
+	by  decidedBy // who decided
+	// serves: the front serves the request unless the Limiter refuses it
+	// (the Handler, Serve), so that a dry run and a cost of 0 are served
+	// whatever the store answered; Allow and Wait report the answer as is.
+	serves bool
+	frame  *frame // the request's frame in ctx, once admitted
 }
 
-// sinceEpoch is the Limiter's monotonic clock, in nanoseconds.
-func (l *Limiter) sinceEpoch() int64 { return int64(l.now().Sub(l.epoch)) }
-
-// opKind is the store operation a decision needs.
-type opKind uint8
-
-const (
-	opTake    opKind = iota
-	opReserve        // Reserver, when the policy and store can
-	opUpTo           // Granter
-	opLease          // Leaser, for a grant of a leased policy (WithLease)
-)
-
-func (o opKind) String() string {
-	switch o {
-	case opReserve:
-		return "reserve"
-	case opUpTo:
-		return "take_up_to"
-	case opLease:
-		return "lease"
-	}
-	return "take"
+// start returns the flight of a request of cost for keys under p.
+func (l *Limiter) start(ctx context.Context, r *http.Request, p *Policy, keys []string, cost int64) *flight {
+	return &flight{l: l, ctx: ctx, req: r, res: Result{Policy: p, Keys: keys, Cost: cost}}
 }
 
-// ask is one decision to get from the stores.
-type ask struct {
-	policy   *Policy
-	keys     []string
-	cost     int64
-	id       string
-	op       opKind
-	maxDelay time.Duration
-	hold     time.Duration // opLease: how long the grant may be spent
+// begin starts the flight of r for a front that serves it, or returns nil
+// when r passes unlimited (WithSkip, or no identifier applies).
+func (l *Limiter) begin(r *http.Request) *flight {
+	if l.skip != nil && l.skip(r) {
+		return nil
+	}
+	keys := identify(l.ids, r)
+	if keys == nil {
+		return nil
+	}
+	p, cost := l.policy, l.cost
+	if l.policyFn != nil {
+		if q := l.policyFn(r); q != nil {
+			p = q
+		}
+	}
+	if l.costFn != nil {
+		cost = max(l.costFn(r), 0)
+	}
+	f := l.start(r.Context(), r, p, keys, cost)
+	f.serves, f.id, f.res.DryRun = true, requestID(l.idHeader, r), l.dryRun
+	if cost > p.MaxCost() {
+		err := fmt.Errorf("ratelimit: cost %d of policy %q: %w (%d): it can never be admitted; check WithCost, WithCostFunc and WithPolicyFunc",
+			cost, p.Name(), ErrCostOverCapacity, p.MaxCost())
+		l.mistake(f.ctx, r, p, err)
+	}
+	return f
 }
 
-// decide asks the store, then the fallback, for a decision. failed reports
-// that neither could decide: the Decision is then the failure mode's and
-// err says why. When the fallback decides, fallback is true and err is nil,
-// as in Result.Err: the store's error has gone to the error hook and the
-// log. Every state change of the circuit survives a panic in the store or
-// in a hook: a probe that panics is forgotten, and the panic goes on.
-func (l *Limiter) decide(parent context.Context, r *http.Request, a ask) (d Decision, fallback, failed bool, err error) {
-	if a.policy.lease != nil {
-		if a.cost > 0 {
-			return l.leaseDecide(parent, r, a)
-		}
-		a.policy = a.policy.lease.store // a peek asks the store
+// ask is what f asks of the stores.
+func (f *flight) ask(op opKind) ask {
+	return ask{policy: f.res.Policy, keys: f.res.Keys, cost: f.res.Cost, id: f.id, op: op}
+}
+
+// decide asks for a decision: from the grants of a leased policy
+// (WithLease), or from the stores.
+func (f *flight) decide(a ask) decided {
+	if a.policy.lease != nil && a.cost > 0 {
+		return f.l.leases.decide(f.ctx, f.req, a)
 	}
-	if ok, probe := l.breaker.Allow(l.sinceEpoch); ok {
-		settled := false
-		defer func() {
-			if !settled {
-				l.breaker.Forget(probe) // a panic: release the probe, let the panic go on
-			}
-		}()
-		d, err = l.call(parent, r, l.store, "store", a)
-		if errors.Is(err, ErrInvalidRequest) || errors.Is(err, errors.ErrUnsupported) {
-			// A bug of the caller's, not an outage: no circuit, no fallback.
-			settled = true
-			l.breaker.Forget(probe)
-			d, failed, err = l.failed(err)
-			return d, false, failed, err
-		}
-		change := l.breaker.Record(l.sinceEpoch, err == nil, probe)
-		settled = true
-		switch change {
-		case breaker.Opened:
-			l.circuit(true)
-		case breaker.Closed:
-			l.circuit(false)
-		}
-		if err == nil {
-			l.storeAnswered(parent)
-			return d, false, false, nil
-		}
-	} else {
-		err = fmt.Errorf("ratelimit: store: %w (skipping it for up to %s after repeated failures)", ErrCircuitOpen, time.Duration(l.breaker.Cooldown))
-		l.report(parent, r, "store", a.policy, err)
-		for _, o := range l.observers {
-			o.ObserveStore(StoreEvent{Policy: a.policy, Op: a.op.String(), Err: err})
+	return f.l.decide(f.ctx, f.req, a)
+}
+
+// admit decides f for a front that serves it: it asks once and, when the
+// answer is a denial that a short wait would turn into an admission,
+// holds the request until its turn within the Limiter's maximum delay
+// (WithMaxDelay: every request asks for a place in line). It reports
+// false when the client left while held: its place was given back, and
+// the Limiters outside, which charged it, give theirs back too.
+func (f *flight) admit() bool {
+	l := f.l
+	a := f.ask(opTake)
+	var got decided
+	var left error
+	switch {
+	case l.maxDelay == 0 || l.maxHeld == 0 || l.dryRun || a.policy.block > 0:
+		// A policy with a penalty is never held: its denials start or
+		// report the penalty, whose end is no turn to wait for.
+		got = f.decide(a)
+	case l.reserveFirst:
+		got, left = f.hold(a, nil)
+	default:
+		// Ask as usual (the common call stays the common call); hold only
+		// a denial whose wait is below the maximum delay. A denial in
+		// flight has no wait to hold for: a slot frees when a request ends.
+		got = f.decide(a)
+		if d := got.d; got.by != byFailureMode && !d.Allowed && a.cost > 0 && !d.InFlight && d.RetryAfter > 0 && d.RetryAfter <= l.maxDelay {
+			got, left = f.hold(a, &got)
 		}
 	}
-	if l.fallback != nil {
-		fd, ferr := l.call(parent, r, l.fallback, "fallback store", a)
-		if ferr == nil {
-			return fd, true, false, nil
-		}
-		err = errors.Join(err, ferr)
+	if left != nil {
+		refuseOuter(&frame{outer: frameOf(f.ctx)})
+		return false
 	}
-	d, failed, err = l.failed(err)
-	return d, false, failed, err
+	f.record(got)
+	return true
+}
+
+// hold acquires a place in line for a within the maximum delay, when one
+// of the Limiter's MaxHeld places is free; else it returns what was
+// asked, or asks now when nothing was.
+func (f *flight) hold(a ask, asked *decided) (decided, error) {
+	l := f.l
+	if l.held.Add(1) > int64(l.maxHeld) {
+		l.held.Add(-1)
+		if asked != nil {
+			return *asked, nil
+		}
+		return f.decide(a), nil
+	}
+	defer l.held.Add(-1)
+	return f.acquire(a, l.maxDelay)
 }
 
 // acquire gets an admission within budget: reserving a place in line where
 // the policy and the store can, else waiting the store's RetryAfter and
 // asking again. While the admitted event waits for its turn, ctx ending
-// gives the place back and returns ctx's error as held. Handler (with
-// WithMaxDelay) and WaitN wait through it.
-func (l *Limiter) acquire(ctx context.Context, r *http.Request, a ask, budget time.Duration) (d Decision, fallback, failed bool, err, held error) {
+// gives the place back and returns ctx's error. The Handler's holding and
+// WaitN wait through it.
+func (f *flight) acquire(a ask, budget time.Duration) (decided, error) {
+	l := f.l
 	start := l.now()
 	for {
 		left := max(budget-l.now().Sub(start), 0)
 		a.op, a.maxDelay = opTake, 0
-		if left > 0 && a.cost > 0 && a.policy.Reserves() {
+		if left > 0 && a.cost > 0 && a.policy.layout.Reserves {
 			a.op, a.maxDelay = opReserve, left
 		}
-		d, fallback, failed, err = l.decide(ctx, r, a)
-		if failed {
-			return d, fallback, failed, err, nil
-		}
-		if d.Allowed {
-			if d.Delay > 0 {
-				if werr := l.sleep(ctx, d.Delay); werr != nil {
-					l.giveBack(r, d) // the waiter left: its place goes back
-					return Decision{}, fallback, false, nil, werr
-				}
+		got := f.decide(a)
+		d := got.d
+		switch {
+		case got.by == byFailureMode:
+			return got, nil
+		case d.Allowed && d.Delay > 0:
+			if err := l.sleep(f.ctx, d.Delay); err != nil {
+				_ = l.refund(f.ctx, f.req, d.Receipt) // the waiter left: its place goes back
+				return decided{}, err
 			}
-			return d, fallback, false, nil, nil
+			return got, nil
+		case d.Allowed, a.cost == 0, d.RetryAfter == Never, d.RetryAfter > left:
+			return got, nil
 		}
-		if a.cost == 0 || d.RetryAfter == Never || d.RetryAfter > left {
-			return d, fallback, false, nil, nil
-		}
-		if werr := l.sleep(ctx, max(d.RetryAfter, time.Microsecond)); werr != nil {
-			return Decision{}, fallback, false, nil, werr
+		if err := l.sleep(f.ctx, max(d.RetryAfter, time.Microsecond)); err != nil {
+			return decided{}, err
 		}
 	}
 }
 
-// failed returns the failure mode's decision for err.
-func (l *Limiter) failed(err error) (Decision, bool, error) {
-	if l.mode == FailClosed {
-		return Decision{RetryAfter: failClosedRetryAfter}, true, err
-	}
-	return Decision{Allowed: true}, true, err
-}
-
-// circuit tells the observers the circuit opened or closed.
-func (l *Limiter) circuit(open bool) {
-	for _, o := range l.observers {
-		o.ObserveCircuit(CircuitEvent{Open: open, Cooldown: time.Duration(l.breaker.Cooldown)})
-	}
-}
-
-// call asks s within the timeout, on a context that keeps parent's values
-// but not its cancellation (a client that goes away does not decide the
-// request). On failure it returns the error with its context, after the
-// error hook and the log have seen it.
-func (l *Limiter) call(parent context.Context, r *http.Request, s Store, which string, a ask) (Decision, error) {
-	ctx := context.WithoutCancel(parent)
-	if _, isLocal := s.(local); !isLocal {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	}
-	var start time.Time
-	if len(l.observers) > 0 {
-		start = time.Now()
-	}
-	req := Request{Policy: a.policy, Keys: a.keys, Cost: a.cost, ID: a.id}
-	var d Decision
-	var err error
-	switch a.op {
-	case opReserve:
-		if rs, ok := s.(Reserver); ok {
-			d, err = rs.Reserve(ctx, req, a.maxDelay)
-		} else {
-			d, err = s.Take(ctx, req)
-		}
-	case opUpTo:
-		if g, ok := s.(Granter); ok {
-			d, err = g.TakeUpTo(ctx, req)
-		} else {
-			err = fmt.Errorf("%T cannot grant part of a request: %w", s, errors.ErrUnsupported)
-		}
-	case opLease:
-		if g, ok := s.(Leaser); ok {
-			d, err = g.Lease(ctx, req, a.hold)
-		} else {
-			err = fmt.Errorf("%T cannot lease part of a policy's quota: %w", s, errors.ErrUnsupported)
-		}
-	default:
-		d, err = s.Take(ctx, req)
-	}
-	var expired error
-	if err != nil {
-		expired = ctx.Err()
-	} else if err = checkDecision(d, req); err != nil {
-		d = Decision{}
-	}
-	err = l.annotate(which, err, expired)
-	for _, o := range l.observers {
-		o.ObserveStore(StoreEvent{Policy: a.policy, Op: a.op.String(), Fallback: which != "store", Duration: time.Since(start), Err: err})
-	}
-	if err == nil {
-		d.Receipt.withStore(s)
-		return d, nil
-	}
-	l.report(parent, r, which, a.policy, err)
-	return Decision{}, err
-}
-
-// op runs a store operation other than a decision (a refund, a reset),
-// within the timeout, on a context detached from parent's cancellation,
-// reporting its error as call does.
-func (l *Limiter) op(parent context.Context, r *http.Request, p *Policy, which, name string, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), l.timeout)
-	defer cancel()
-	start := time.Now()
-	err := f(ctx)
-	if err != nil {
-		err = l.annotate(which+": "+name, err, ctx.Err())
-		l.report(parent, r, which, p, err)
-	}
-	for _, o := range l.observers {
-		o.ObserveStore(StoreEvent{Policy: p, Op: name, Fallback: which != "store", Duration: time.Since(start), Err: err})
-	}
-	return err
-}
-
-// annotate returns the error of a store call with what the Limiter knows
-// of it: which store (and operation), and, when expired (the call's
-// context ended: the timeout), the timeout and expired's error.
-func (l *Limiter) annotate(which string, err, expired error) error {
+// record takes got as f's decision, with its outcome, and tells the log,
+// the decision hook and the observers. A front that serves the request
+// puts its Result in its context first, for the hooks and the handler to
+// read, and tells the Limiters outside that it refused the request, so
+// that they give their charges back.
+func (f *flight) record(got decided) {
+	l, res := f.l, &f.res
+	res.Decision, res.Err, f.by = got.d, got.err, got.by
+	denied := !res.Decision.Allowed && res.Cost > 0
 	switch {
-	case err == nil:
-		return nil
-	case expired == nil:
-		return fmt.Errorf("ratelimit: %s: %w", which, err)
-	case errors.Is(err, expired):
-		return fmt.Errorf("ratelimit: %s: no answer within %s: %w", which, l.timeout, err)
+	case got.by == byFailureMode && (res.Decision.Allowed || f.serves && (res.DryRun || res.Cost == 0)):
+		res.Outcome = FailedOpen
+	case got.by == byFailureMode:
+		res.Outcome = FailedClosed
+	case denied && res.DryRun:
+		res.Outcome = DryRunDenied
+	case denied:
+		res.Outcome = Denied
+	default:
+		res.Outcome = Allowed
 	}
-	return fmt.Errorf("ratelimit: %s: no answer within %s: %w (%w)", which, l.timeout, err, expired)
-}
-
-// report gives an error to the error hook and to the log: a store's
-// failure to the outage log, a caller's mistake ("config": a cost above
-// the policy's capacity; an invalid request; an operation the store
-// lacks) to the log of mistakes (outage_log.go).
-func (l *Limiter) report(ctx context.Context, r *http.Request, which string, p *Policy, err error) {
-	if l.errHook != nil {
-		l.errHook(r, err)
+	if f.serves {
+		f.frame = &frame{res: *res, limited: true}
+		f.ctx = withFrame(f.ctx, f.frame)
+		f.req = f.req.WithContext(f.ctx)
 	}
-	if which == "config" || errors.Is(err, ErrInvalidRequest) || errors.Is(err, errors.ErrUnsupported) {
-		l.mistake(ctx, p, err)
-		return
-	}
-	l.storeFailed(ctx, which, p, err)
-}
-
-// refund gives back d's charge, once, to the store that made it.
-func (l *Limiter) refund(ctx context.Context, r *http.Request, d Decision) error {
-	rc := d.Receipt
-	if !rc.claim() {
-		return nil
-	}
-	if rc.r.leases != nil {
-		return l.leaseAdjust(ctx, r, rc, -rc.r.cost)
-	}
-	s := l.charger(rc)
-	rf, ok := s.(Refunder)
-	if !ok {
-		return fmt.Errorf("ratelimit: Refund: the store (%T) cannot refund: %w", s, errors.ErrUnsupported)
-	}
-	return l.op(ctx, r, rc.policy(), l.which(s), "refund", func(ctx context.Context) error { return rf.Refund(ctx, rc) })
-}
-
-// charger returns the store that made the charge rc: the store or the
-// fallback.
-func (l *Limiter) charger(rc Receipt) Store {
-	if s := rc.madeBy(); s != nil {
-		return s
-	}
-	return l.store
-}
-
-// which names s, the store or the fallback, for errors and observers. A
-// caller checks s's interface first: a store of a type Go cannot compare
-// (a func) implements none of them.
-func (l *Limiter) which(s Store) string {
-	if s != l.store {
-		return "fallback store"
-	}
-	return "store"
-}
-
-// giveBack refunds d's charge for the Handler or a waiter that left; the
-// error goes to the hooks and the log.
-func (l *Limiter) giveBack(r *http.Request, d Decision) {
-	ctx := context.Background()
-	if r != nil {
-		ctx = r.Context()
-	}
-	_ = l.refund(ctx, r, d)
-}
-
-// notify counts a decision for the outage log and tells the decision hook
-// and the observers about it.
-func (l *Limiter) notify(r *http.Request, res Result, outcome Outcome, fallback bool) {
-	l.outage.decided(outcome, fallback)
+	l.outage.decided(f.by, res.Outcome)
 	if l.decHook != nil {
-		l.decHook(r, res)
+		l.decHook(f.req, *res)
 	}
 	for _, o := range l.observers {
-		o.ObserveDecision(DecisionEvent{Request: r, Result: res, Outcome: outcome, Fallback: fallback})
+		o.ObserveDecision(DecisionEvent{Request: f.req, Result: *res, Outcome: res.Outcome, Fallback: f.by == byFallback})
+	}
+	if f.serves && (res.Outcome == Denied || res.Outcome == FailedClosed) {
+		refuseOuter(f.frame)
+	}
+}
+
+// fields writes the rate-limit fields of f's decision into h, after those
+// of the Limiters outside it, and Retry-After for a denial.
+func (f *flight) fields(h http.Header) {
+	d := f.res.Decision
+	writeFields(h, f.l.style, f.res.Policy, d, stacked(f.frame), !d.Allowed && f.res.Cost > 0)
+}
+
+// serve runs an admitted request and finishes it by outcome: its slots of
+// Concurrent limits are held while run runs (also when it panics) and
+// released after; the charge goes back when WithRefundIf says so or a
+// Limiter inside refused the request, or is settled to WithCostAfter's
+// cost. run returns the status the client got and the bytes of body it
+// wrote. A run that panics keeps its charge as it was.
+func (f *flight) serve(run func() (status int, written int64)) {
+	l, rc := f.l, f.res.Decision.Receipt
+	defer l.holdSlots(f.ctx, f.req, rc)()
+	status, written := run()
+	switch {
+	case f.frame.refused.Load():
+		_ = l.refund(f.ctx, f.req, rc)
+	case l.refundIf != nil && l.refundIf(f.req, status):
+		_ = l.refund(f.ctx, f.req, rc)
+	case l.costAfter != nil:
+		_ = l.settle(f.ctx, f.req, rc, min(max(l.costAfter(f.req, status, written), 0), MaxSettle))
 	}
 }

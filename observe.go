@@ -31,14 +31,6 @@ type Observer interface {
 	ObserveCircuit(CircuitEvent)
 }
 
-// WithObserver subscribes o to the Limiter's decisions, store calls and
-// circuit changes. It may be given several times: every observer gets
-// every event, in the order given, after the error and decision hooks.
-// o must not be nil.
-func WithObserver(o Observer) Option {
-	return required("WithObserver", "observer", o, func(c *config) { c.observers = append(c.observers, o) })
-}
-
 // Outcome is what a Limiter did with one request.
 type Outcome uint8
 

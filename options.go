@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -60,82 +59,6 @@ func (c *config) fail(format string, args ...any) {
 	if c.err == nil {
 		c.err = fmt.Errorf("ratelimit: "+format, args...)
 	}
-}
-
-// init sets c to the defaults, applies opts over them and checks the
-// whole: what New validates.
-func (c *config) init(store Store, policy *Policy, opts []Option) error {
-	if isNil(store) {
-		return errors.New("ratelimit: New: nil store")
-	}
-	if policy == nil {
-		return errors.New("ratelimit: New: nil policy")
-	}
-	*c = config{
-		store:   store,
-		policy:  policy,
-		cost:    1,
-		timeout: DefaultTimeout,
-		style:   HeadersIETF,
-		breaker: breaker.Breaker{Threshold: DefaultCircuitFailures, Cooldown: int64(DefaultCircuitCooldown), Quiet: true},
-		logger:  slog.Default(),
-		denied:  deniedHandler,
-		// Hold waits Retry-After cannot say (hold.go).
-		maxDelay: holdBelow,
-		maxHeld:  DefaultMaxHeld,
-	}
-	for i, o := range opts {
-		if o == nil {
-			return fmt.Errorf("ratelimit: New: option %d is nil", i)
-		}
-		if o(c); c.err != nil {
-			return c.err
-		}
-	}
-	if c.costSet && c.costFn != nil {
-		return errors.New("ratelimit: WithCost and WithCostFunc are exclusive")
-	}
-	if c.cost > policy.MaxCost() {
-		return fmt.Errorf("ratelimit: WithCost(%d): above the capacity %d of policy %q, every request would be denied",
-			c.cost, policy.MaxCost(), policy.Name())
-	}
-	if policy.algorithm == SlidingWindowApprox {
-		for _, l := range policy.limits {
-			if l.Rate < MinApproxRate {
-				return fmt.Errorf("ratelimit: New: policy %q: limit %q (%d per %s): the approximation loses about one unit per period to its estimate, more than 5%% of a rate below %d, so a client that honours Retry-After would get less than it was promised; use SlidingWindow, exact at this rate for the same cost",
-					policy.Name(), l.Name, l.Rate, FormatPeriod(l.Period), MinApproxRate)
-			}
-		}
-	}
-	if c.fallback != nil && sameStore(c.fallback, store) {
-		return errors.New("ratelimit: WithFallback: the fallback is the store itself")
-	}
-	if err := c.failureDefaults(store); err != nil {
-		return err
-	}
-	if c.ids == nil {
-		id := ByIP()
-		if err := identifierErr(id); err != nil {
-			return fmt.Errorf("ratelimit: default identifier: %w", err)
-		}
-		c.ids = []Identifier{id}
-	}
-	if c.refundIf != nil {
-		if _, ok := store.(Refunder); !ok {
-			return fmt.Errorf("ratelimit: WithRefundIf: the store (%T) cannot refund: %w", store, errors.ErrUnsupported)
-		}
-	}
-	if policy.lease != nil {
-		if _, ok := store.(Leaser); !ok {
-			return fmt.Errorf("ratelimit: New: policy %q is leased (WithLease) and the store (%T) cannot lease: %w", policy.Name(), store, errors.ErrUnsupported)
-		}
-	}
-	if c.costAfter != nil {
-		if _, ok := store.(Settler); !ok {
-			return fmt.Errorf("ratelimit: WithCostAfter: the store (%T) cannot settle: %w", store, errors.ErrUnsupported)
-		}
-	}
-	return nil
 }
 
 // WithIdentifiers sets who a request is limited as; it replaces the
@@ -247,29 +170,6 @@ func WithFailureMode(m FailureMode) Option {
 // given to New.
 func WithFallback(s Store) Option {
 	return required("WithFallback", "store", s, func(c *config) { c.fallback = s })
-}
-
-// failureDefaults applies the defaults of the failure options (see
-// WithFailureMode): unless a failure mode was chosen, FailClosed, after
-// the store's own fallback when it names one and none was set.
-func (c *config) failureDefaults(store Store) error {
-	if c.modeSet {
-		return nil
-	}
-	c.mode = FailClosed
-	fs, ok := store.(FallbackStore)
-	if c.fallback != nil || !ok {
-		return nil
-	}
-	f := fs.Fallback()
-	if isNil(f) {
-		return nil
-	}
-	if sameStore(f, store) {
-		return fmt.Errorf("ratelimit: New: the store's fallback (%T.Fallback) is the store itself", store)
-	}
-	c.fallback = f
-	return nil
 }
 
 // WithTimeout sets how long each store call may take (DefaultTimeout
@@ -430,11 +330,68 @@ func WithSkip(fn func(r *http.Request) bool) Option {
 	return required("WithSkip", "function", fn, func(c *config) { c.skip = fn })
 }
 
-// Defaults of WithCircuitBreaker.
-const (
-	DefaultCircuitFailures = 5
-	DefaultCircuitCooldown = time.Second
-)
+// DefaultMaxHeld is how many requests one Limiter's Handler holds at once
+// unless WithMaxHeld says otherwise.
+const DefaultMaxHeld = 1024
+
+// holdBelow is the default hold: waits below one second, what Retry-After
+// cannot say.
+const holdBelow = time.Second - time.Microsecond
+
+// WithMaxHeld bounds how many requests the Limiter's Handler holds at once
+// (see WithMaxDelay), so that holding cannot be turned into a resource
+// attack: beyond n, a request that would be held gets 429 at once. n = 0
+// turns holding off; the default is DefaultMaxHeld.
+func WithMaxHeld(n int) Option {
+	return func(c *config) {
+		if n < 0 {
+			c.fail("WithMaxHeld(%d): want 0 or more", n)
+			return
+		}
+		c.maxHeld = n
+	}
+}
+
+// WithObserver subscribes o to the Limiter's decisions, store calls and
+// circuit changes. It may be given several times: every observer gets
+// every event, in the order given, after the error and decision hooks.
+// o must not be nil.
+func WithObserver(o Observer) Option {
+	return required("WithObserver", "observer", o, func(c *config) { c.observers = append(c.observers, o) })
+}
+
+// WithRefundIf gives a request's charge back after the handler answered,
+// when fn says so, given the status the handler wrote (200 if it wrote
+// none; 0 if it hijacked the connection). Typical uses: count only failed
+// logins (refund when status < 400), do not charge server errors (status
+// ≥ 500). The refund is exact (Refunder): it takes back what the charge
+// still counts, never below zero, never another request's units; a charge
+// is refunded at most once, whatever else asks (stacked Limiters, a held
+// request whose client left, Limiter.Refund). The status is captured
+// without hiding http.Flusher, http.Hijacker or http.ResponseController
+// from the handler. fn must be safe for concurrent use; the store must be
+// a Refunder (the memory and Redis stores are), or New fails.
+func WithRefundIf(fn func(r *http.Request, status int) bool) Option {
+	return required("WithRefundIf", "function", fn, func(c *config) { c.refundIf = fn })
+}
+
+// WithCostAfter settles each admitted request's charge, after the handler
+// answered, to the cost fn returns (Limiter.Settle), given the status the
+// handler wrote (as WithRefundIf gives it) and the bytes of body it wrote:
+// for APIs metered by what a response turned out to cost (tokens
+// generated, bytes sent). The request is charged its up-front cost
+// (WithCost, WithCostFunc: an estimate) and the headers tell that; the
+// settle charges the difference or gives it back, once. Usage past a
+// limit is debt: later requests of the identity are denied until the
+// limits have room again. A cost below 0 settles to 0, above MaxSettle to
+// MaxSettle. When WithRefundIf refunds a request, it is not settled; a
+// handler that panics keeps its up-front charge. A store error goes to
+// the error hook and the log. fn must be safe for concurrent use; the
+// store must be a Settler (the memory and Redis stores are), or New
+// fails.
+func WithCostAfter(fn func(r *http.Request, status int, written int64) int64) Option {
+	return required("WithCostAfter", "function", fn, func(c *config) { c.costAfter = fn })
+}
 
 // WithCircuitBreaker makes the Limiter stop asking a store that keeps
 // failing, so an outage does not cost every request the whole timeout:
@@ -484,12 +441,6 @@ func isNil(v any) bool {
 	}
 	rv := reflect.ValueOf(v)
 	return (rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Func) && rv.IsNil()
-}
-
-// isNilFunc reports whether v is a nil func in an interface.
-func isNilFunc(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Func && rv.IsNil()
 }
 
 // sameStore reports whether a and b are the same store, without risking

@@ -8,20 +8,6 @@ import (
 	"time"
 )
 
-// FormatPeriod writes d compactly: "1s", "1m", "1h", "1d", "500ms", "90s".
-func FormatPeriod(d time.Duration) string {
-	units := []struct {
-		d      time.Duration
-		suffix string
-	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}, {time.Microsecond, "us"}}
-	for _, u := range units {
-		if d >= u.d && d%u.d == 0 {
-			return strconv.FormatInt(int64(d/u.d), 10) + u.suffix
-		}
-	}
-	return d.String()
-}
-
 // PolicyOption adjusts a policy built by ParsePolicy. Named and BlockFor
 // also adjust a copy of a built policy (Policy.With).
 type PolicyOption func(*policyConfig)
@@ -95,6 +81,62 @@ func WithBurst(n int64) PolicyOption {
 	return func(c *policyConfig) { c.burst, c.set = n, c.set|setBurst }
 }
 
+// WithLease makes a Limiter take a policy's quota from the store in
+// grants of up to chunk units for each key, and admit requests from a
+// grant in the process, without a store call, for at most hold after it
+// asked for it: for a hot key (a global limit, one tenant's key) that
+// would otherwise send every decision to the one Redis core that owns it.
+// What a grant has not spent when its hold ends goes back to the store
+// (a settle); a process that dies spends its grants.
+//
+// The limits stay exact in true time, under any number of processes,
+// whatever their clocks and whatever holds they lease with: the store
+// checks a grant against everything it has recorded, and records the
+// grant as spent at the end of its hold, the latest its process may
+// spend it (Leaser). So a window limit counts a grant until hold +
+// Period from the moment it granted it (FixedWindow and
+// SlidingWindowApprox are leased as a SlidingWindow, a stronger
+// promise), and a token bucket takes it at the end of its hold, so that
+// a full bucket grants at most its burst less the hold's worth of tokens
+// (hold ÷ the emission interval, rounded up). The cost is
+// under-admission: a client at a window limit of Rate per Period gets at
+// most Rate per Period + hold (100/s leased for 50ms: 95.2/s), and the
+// units granted and not yet spent are unavailable to other processes
+// until they are spent or go back.
+//
+// The grant a process asks for adapts to its traffic: the request's cost
+// at first, then twice what the last grant spent, up to chunk; it is
+// smaller when the limit has less room (a partial grant). A key the store
+// denied is denied locally until the store's Retry-After; a request is
+// admitted only from grants of every one of its keys. Its Decision
+// reports the store's answer to the grant, with Remaining the store's
+// plus what the process's grant still holds, and ResetAfter counted from
+// that answer: a view as old as hold at most.
+//
+// Refund and Settle of a request admitted from a grant go back into the
+// grant while it runs; a refund after its hold gives nothing back (the
+// limit under-admits by it). A debt (a settle above the charge) is
+// charged to the store at once, in one settle per key, whether the hold
+// ended or not: no process admits a request while a debt fills a limit.
+// Reset forgets the process's
+// grants of the keys; other processes spend theirs until their hold ends.
+// Request IDs (WithIdempotencyKey) are not remembered under a lease:
+// every request is charged. A leased policy counts in counters of its
+// own, apart from the policy's own (turning leases on or off starts them
+// afresh), but the same whatever the chunk and the hold: a rolling
+// deploy that changes them keeps the counts, and processes leasing with
+// different holds share the limit exactly.
+//
+// chunk must be 1 to the leased policy's capacity; hold a whole number
+// of milliseconds from 1ms to the shortest Period (and, for a TokenBucket,
+// short enough to leave a burst of at least chunk). A policy with a
+// Concurrent limit cannot be leased. The store must be a Leaser and, for
+// unspent units to go back and debts to be charged, a Settler (the
+// memory and Redis stores are both). WithLease(0, 0) in Policy.With turns leasing off.
+func WithLease(chunk int64, hold time.Duration) PolicyOption {
+	return func(c *policyConfig) { c.lease, c.set = leaseTerms{chunk, hold}, c.set|setLease }
+}
+
 // ParsePolicy parses a list of limits such as "10/s, 120/m, 240/h",
 // "10/second;120/minute" or "1000/24h". Limits are separated by commas or
 // semicolons; each is RATE/PERIOD, where PERIOD is a unit (ms, s, sec,
@@ -134,10 +176,7 @@ func ParsePolicy(s string, opts ...PolicyOption) (*Policy, error) {
 		}
 		limits = append(limits, l)
 	}
-	p, err := newPolicy(c.name, c.algorithm, limits, c.block)
-	if err == nil && c.set&setLease != 0 {
-		err = p.leased(c.lease)
-	}
+	p, err := buildPolicy(c.name, c.algorithm, limits, c.block, c.leaseTerms())
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: parse policy %q: %w", s, err)
 	}
@@ -240,16 +279,46 @@ func parsePeriod(s string) (time.Duration, error) {
 	return 0, fmt.Errorf("period %q: unknown unit (want ms, s, m, h, d, or a duration like 1m30s)", s)
 }
 
-// validName reports why s cannot be a policy or limit name, or nil.
-func validName(s string) error {
-	if len(s) == 0 || len(s) > 64 {
-		return errors.New("must be 1 to 64 characters")
+// With returns a copy of p with opts applied, as ParsePolicy applies them:
+// Named gives the copy another name (limits named by default take the new
+// name: "api-1m" becomes "login-1m"; limits named in their Limit keep
+// theirs), BlockFor another penalty, WithLease other lease terms (the
+// copy keeps p's otherwise; WithLease(0, 0) turns leasing off). The copy's ID follows its
+// definition: it differs from p's, so the two never share counters,
+// unless the options give back p's own name, penalty and leasing. The
+// options that change how the limits are counted (WithAlgorithm,
+// WithPrecision, WithBurst) apply only when a policy is built: With
+// returns an error for them, as for a nil option or an invalid value.
+func (p *Policy) With(opts ...PolicyOption) (*Policy, error) {
+	if p == nil {
+		return nil, errors.New("ratelimit: Policy.With: nil policy")
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Errorf("character %q at offset %d is not one of [A-Za-z0-9_.-]", c, i)
+	c := policyConfig{name: p.name, block: p.block}
+	if p.lease != nil {
+		c.lease = p.lease.terms
+	}
+	if err := c.apply("Policy.With", opts); err != nil {
+		return nil, err
+	}
+	for _, o := range [...]struct {
+		set  policyFields
+		name string
+	}{{setAlgorithm, "WithAlgorithm"}, {setPrecision, "WithPrecision"}, {setBurst, "WithBurst"}} {
+		if c.set&o.set != 0 {
+			return nil, fmt.Errorf("ratelimit: Policy.With: %s changes how the limits are counted: build another policy with NewPolicy or ParsePolicy", o.name)
 		}
 	}
-	return nil
+	q, err := buildPolicy(c.name, p.algorithm, p.given, c.block, c.leaseTerms())
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: %w", err)
+	}
+	return q, nil
+}
+
+// leaseTerms returns the lease terms c sets, nil for none.
+func (c *policyConfig) leaseTerms() *leaseTerms {
+	if c.lease == (leaseTerms{}) {
+		return nil
+	}
+	return &c.lease
 }

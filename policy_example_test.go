@@ -23,19 +23,6 @@ func ExampleBlockFor() {
 	// false 10m0s
 }
 
-// Reserves tells whether Limiter.Wait and WithMaxDelay reserve a place in
-// line in the same store call (every limit an exact log or a token bucket)
-// or wait and ask again.
-func ExamplePolicy_Reserves() {
-	fmt.Println(ratelimit.MustParsePolicy("10/s").Reserves())   // an exact log
-	fmt.Println(ratelimit.MustParsePolicy("1000/s").Reserves()) // sub-buckets
-	fmt.Println(ratelimit.MustParsePolicy("1000/s", ratelimit.WithAlgorithm(ratelimit.TokenBucket)).Reserves())
-	// Output:
-	// true
-	// false
-	// true
-}
-
 // With copies a policy built with NewPolicy under another name, with a
 // penalty: limits named by default take the new name, and the copy's
 // counters are its own.
@@ -46,7 +33,7 @@ func ExamplePolicy_With() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(login.Name(), login.Limit(0).Name, login.BlockFor(), login.ID() != api.ID())
+	fmt.Println(login.Name(), login.Limits()[0].Name, login.BlockFor(), login.ID() != api.ID())
 	_, err = api.With(ratelimit.WithAlgorithm(ratelimit.TokenBucket))
 	fmt.Println(err)
 	// Output:

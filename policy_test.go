@@ -64,10 +64,10 @@ func TestPolicyDefaults(t *testing.T) {
 	if p.String() != "10/1s, 120/1m, 240/1h" {
 		t.Errorf("String() = %q", p.String())
 	}
-	if p.Reserves() {
+	if p.layout.Reserves {
 		t.Error("a policy with sub-bucket limits says it can reserve")
 	}
-	if !MustParsePolicy("10/s, 30/m").Reserves() || !MustParsePolicy("100/s", WithAlgorithm(TokenBucket)).Reserves() {
+	if !MustParsePolicy("10/s, 30/m").layout.Reserves || !MustParsePolicy("100/s", WithAlgorithm(TokenBucket)).layout.Reserves {
 		t.Error("an exact or token-bucket policy says it cannot reserve")
 	}
 	if got := MustParsePolicy(fmt.Sprintf("%d/s", ExactRateMax+1)).layout.Limits[0].Kind; got != layout.Buckets {
@@ -79,12 +79,12 @@ func TestPolicyDefaults(t *testing.T) {
 	// A short period that the default precision cannot divide falls back
 	// to the largest precision that fits.
 	short := MustParsePolicy("50/7ms")
-	if got := short.Limit(0).Precision; got != 7 {
+	if got := short.limits[0].Precision; got != 7 {
 		t.Errorf("50/7ms: precision %d, want 7", got)
 	}
 	tb := MustParsePolicy("3/s", WithAlgorithm(TokenBucket))
-	if tb.Limit(0).Burst != 3 || tb.MaxCost() != 3 {
-		t.Errorf("token bucket burst %d max cost %d, want 3", tb.Limit(0).Burst, tb.MaxCost())
+	if tb.limits[0].Burst != 3 || tb.MaxCost() != 3 {
+		t.Errorf("token bucket burst %d max cost %d, want 3", tb.limits[0].Burst, tb.MaxCost())
 	}
 	if b := MustParsePolicy("3/s", WithAlgorithm(TokenBucket), WithBurst(9)); b.MaxCost() != 9 {
 		t.Errorf("WithBurst(9): max cost %d", b.MaxCost())
@@ -102,7 +102,7 @@ func TestPolicyDefaults(t *testing.T) {
 	}
 	// Limits returns a copy.
 	ls[0].Rate = 99
-	if p.Limit(0).Rate != 10 {
+	if p.limits[0].Rate != 10 {
 		t.Error("Limits() exposes the policy's own slice")
 	}
 	defer func() {
@@ -180,8 +180,8 @@ func TestPolicyIDs(t *testing.T) {
 // copies a policy with a penalty and its own ID.
 func TestBlockForOption(t *testing.T) {
 	p := MustParsePolicy("5/15m", BlockFor(time.Hour), Named("login"))
-	if p.BlockFor() != time.Hour || p.TTL() < time.Hour {
-		t.Fatalf("BlockFor %s TTL %s, want 1h and a TTL covering it", p.BlockFor(), p.TTL())
+	if p.BlockFor() != time.Hour || (time.Duration(p.layout.TTLMS)*time.Millisecond) < time.Hour {
+		t.Fatalf("BlockFor %s TTL %s, want 1h and a TTL covering it", p.BlockFor(), (time.Duration(p.layout.TTLMS) * time.Millisecond))
 	}
 	for _, d := range []time.Duration{-time.Second, time.Nanosecond, MaxSpan + time.Microsecond} {
 		if _, err := ParsePolicy("5/m", BlockFor(d)); err == nil || !strings.Contains(err.Error(), "BlockFor") {
@@ -265,7 +265,7 @@ func TestPolicyWith(t *testing.T) {
 // mustNewPolicy builds a policy with a penalty, as With must.
 func mustNewPolicy(t *testing.T, name string, alg Algorithm, block time.Duration, limits ...Limit) *Policy {
 	t.Helper()
-	p, err := newPolicy(name, alg, limits, block)
+	p, err := buildPolicy(name, alg, limits, block, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

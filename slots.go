@@ -8,60 +8,42 @@ import (
 	"time"
 )
 
-// Release frees the slots d's charge holds in the policy's Concurrent
-// limits, for every key, in one store call to the store that made the
-// charge, so that another request can start. The Handler releases a
-// request's slots when its handler returns (also on a panic, and when the
-// client left), renewing them every quarter lease while it runs; Release
-// is for requests decided outside HTTP (Allow, AllowN, WaitN), which are
-// not renewed: release within half the lease (Limit.Period of the
-// Concurrent limit), or the slot lapses by itself within the lease. A charge
-// is released at most once in a process, whoever asks; a Decision that
-// charged nothing, or of a policy without a Concurrent limit, releases
-// nothing and returns nil. A Refund or Settle of the charge does not free
-// its slots. The store must be a Releaser (the memory and Redis stores
-// are), else the error wraps errors.ErrUnsupported. A store failure is
-// returned as is: the slot then lapses after its lease.
-func (l *Limiter) Release(ctx context.Context, d Decision) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return l.release(ctx, nil, d.Receipt)
-}
+// Slots of Concurrent limits: a charge that holds them releases them once,
+// at the store that made it; the Handler renews them every quarter lease
+// while its request runs.
 
 // holdsSlots reports whether the charge rc holds slots of Concurrent
 // limits.
-func holdsSlots(rc Receipt) bool {
-	p := rc.policy()
-	return p != nil && p.layout.Slots
-}
+func holdsSlots(rc Receipt) bool { return rc.Policy != nil && rc.Policy.layout.Slots }
 
-func (l *Limiter) release(ctx context.Context, r *http.Request, rc Receipt) error {
-	if !holdsSlots(rc) || !rc.r.released.CompareAndSwap(false, true) {
+// release frees the slots the charge rc holds, once, whoever asks.
+func (dc *decider) release(ctx context.Context, r *http.Request, rc Receipt) error {
+	if !holdsSlots(rc) || rc.c != nil && !rc.c.released.CompareAndSwap(false, true) {
 		return nil
 	}
-	s := l.charger(rc)
-	rl, ok := s.(Releaser)
+	by := chargedBy(rc)
+	rl, ok := dc.storeOf(by).(releaser)
 	if !ok {
-		return fmt.Errorf("ratelimit: Release: the store (%T) cannot release slots: %w", s, errors.ErrUnsupported)
+		return fmt.Errorf("ratelimit: Release: the store (%T) cannot release slots: %w", dc.storeOf(by), errors.ErrUnsupported)
 	}
 	held := rc.holding()
-	return l.op(ctx, r, rc.policy(), l.which(s), "release", func(ctx context.Context) error { return rl.Release(ctx, held) })
+	return dc.op(ctx, r, rc.Policy, by, "release", func(ctx context.Context) error { return rl.Release(ctx, held) })
 }
 
 // renew records the slots of rc anew; the receipt of the renewal holds
 // them from then on (Receipt.holding). A failure goes to the hooks and the
 // log: the slot then counts what is left of its lease.
-func (l *Limiter) renew(r *http.Request, rc Receipt) {
-	s := l.charger(rc)
-	rl, ok := s.(Releaser)
-	if !ok {
+func (dc *decider) renew(ctx context.Context, r *http.Request, rc Receipt) {
+	by := chargedBy(rc)
+	rl, ok := dc.storeOf(by).(releaser)
+	if !ok || rc.c == nil {
 		return
 	}
-	_ = l.op(r.Context(), r, rc.policy(), l.which(s), "renew", func(ctx context.Context) error {
+	_ = dc.op(ctx, r, rc.Policy, by, "renew", func(ctx context.Context) error {
 		n, err := rl.Renew(ctx, rc.holding())
-		if err == nil && n.r != nil && n.r != rc.holding().r {
-			rc.r.renewed.Store(n.r)
+		if err == nil && !n.IsZero() {
+			n = n.claimed(by == byFallback)
+			rc.c.renewed.Store(&n)
 		}
 		return err
 	})
@@ -69,13 +51,13 @@ func (l *Limiter) renew(r *http.Request, rc Receipt) {
 
 // holdSlots renews the slots the charge rc holds every quarter lease until
 // the returned function is called, which stops the renewals and then
-// releases the slots (the Handler calls it when the handler returns).
-func (l *Limiter) holdSlots(r *http.Request, rc Receipt) func() {
+// releases the slots (the lifecycle calls it when its request ends).
+func (dc *decider) holdSlots(ctx context.Context, r *http.Request, rc Receipt) func() {
 	if !holdsSlots(rc) {
 		return func() {}
 	}
 	var lease time.Duration
-	for _, lim := range rc.policy().limits {
+	for _, lim := range rc.Policy.limits {
 		if lim.Concurrent {
 			lease = lim.Period
 		}
@@ -90,13 +72,13 @@ func (l *Limiter) holdSlots(r *http.Request, rc Receipt) func() {
 			case <-stop:
 				return
 			case <-t.C:
-				l.renew(r, rc)
+				dc.renew(ctx, r, rc)
 			}
 		}
 	}()
 	return func() {
 		close(stop)
 		<-stopped // no renewal after the release
-		_ = l.release(r.Context(), r, rc)
+		_ = dc.release(ctx, r, rc)
 	}
 }

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"time"
-
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
-	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
+
+// What a Limiter asks its Store and what the Store answers. The
+// operations a store may offer beyond Take (refunds, resets, places in
+// line, partial grants, leases, settles, slots in flight) are interfaces
+// of package store/storekit, where store writers look; a Limiter asked
+// for one its store lacks returns an error wrapping errors.ErrUnsupported.
 
 // Store decides and records requests against a Policy. Implementations live
 // in the store package: store.NewRedis (shared across a fleet) and
@@ -25,15 +29,46 @@ type Store interface {
 	Take(ctx context.Context, req Request) (Decision, error)
 }
 
-// ErrInvalidRequest is wrapped by the error a Store returns for a malformed
-// Request (nil policy, no keys, too many, empty or repeated keys, negative
-// cost). It reports a bug in the caller, not a store failure: a Limiter
-// neither counts it against the store's circuit nor asks its fallback.
-var ErrInvalidRequest = errors.New("invalid request")
+// Bounds of what a Store is asked and answers.
+const (
+	// MaxKeys is the largest number of keys one Request may carry, and so
+	// the largest number of identifiers a Limiter may have.
+	MaxKeys = 16
+	// MaxRepeats is how many times a request ID (Request.ID) is answered
+	// with its first Decision without being charged again.
+	MaxRepeats = 3
+	// MaxSettle is the largest actual cost a charge may be settled to
+	// (Limiter.Settle): 2^40 units.
+	MaxSettle = 1 << 40
+	// Never is the RetryAfter of a request whose cost exceeds the
+	// capacity of a limit (Rate, or Burst for the token bucket): it will
+	// never be admitted.
+	Never time.Duration = -1
+)
 
-// MaxKeys is the largest number of keys one Request may carry, and so the
-// largest number of identifiers a Limiter may have.
-const MaxKeys = 16
+// Errors a Limiter reports, wrapped, and stores return.
+var (
+	// ErrInvalidRequest is wrapped by the error a Store returns for a
+	// malformed Request (nil policy, no keys, too many, empty or repeated
+	// keys, negative cost). It reports a bug in the caller, not a store
+	// failure: a Limiter neither counts it against the store's circuit
+	// nor asks its fallback.
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrCircuitOpen is wrapped by the error a Limiter reports when it did
+	// not ask its store because the store's circuit is open (see
+	// WithCircuitBreaker). The fallback store or the failure mode decided.
+	ErrCircuitOpen = errors.New("store circuit open")
+	// ErrCostOverCapacity is wrapped by the error the error hook and the
+	// log get for a request whose cost is above the capacity of its policy
+	// (its smallest Rate, or Burst): it can never be admitted, so it is a
+	// configuration mistake (say WithCost above a cheaper tier's capacity,
+	// from WithPolicyFunc). The request is denied, without Retry-After.
+	ErrCostOverCapacity = errors.New("cost above the policy's capacity")
+	// ErrSettled is returned by Settle for a charge already settled or
+	// refunded: a charge is settled at most once, and a settled one is not
+	// refunded.
+	ErrSettled = errors.New("ratelimit: the charge was already settled or refunded")
+)
 
 // Request is what a Store is asked.
 type Request struct {
@@ -62,14 +97,6 @@ type Request struct {
 	// ID itself.
 	ID string
 }
-
-// MaxRepeats is how many times a request ID (Request.ID) is answered with
-// its first Decision without being charged again.
-const MaxRepeats = 3
-
-// Never is the RetryAfter of a request whose cost exceeds the capacity of a
-// limit (Rate, or Burst for the token bucket): it will never be admitted.
-const Never time.Duration = -1
 
 // Decision is what a Store answers.
 type Decision struct {
@@ -125,51 +152,75 @@ type Decision struct {
 	// promise: a slot frees when a request ends. The headers send no
 	// Retry-After for it.
 	InFlight bool
-	// Receipt identifies the charge, for a refund (Refunder, Limiter.Refund);
-	// the zero Receipt when nothing was charged.
+	// Receipt records the charge, for its refund or settle
+	// (Limiter.Refund, Limiter.Settle); the zero Receipt when nothing was
+	// charged.
 	Receipt Receipt
 }
 
-// Receipt identifies one charge, so that it can be refunded exactly
-// (Limiter.Refund): a refund takes back what that charge still counts and
-// never touches another request's charge. The zero Receipt stands for no
-// charge. It is opaque: stores make and read receipts with package
-// store/storekit. Copies of a Receipt share one claim, so that a charge is
-// refunded at most once in a process, whoever asks.
-type Receipt struct{ r *receipt }
+// Receipt records one charge, so that it can be refunded or settled
+// exactly (Limiter.Refund, Limiter.Settle): a refund takes back what that
+// charge still counts and never touches another request's charge. The
+// store that charged fills it in; the zero Receipt stands for no charge.
+// Copies of a Receipt a Limiter returned share one claim, so that a charge
+// is refunded or settled at most once in a process, whoever asks.
+type Receipt struct {
+	// Policy is the policy charged under.
+	Policy *Policy
+	// Keys are the keys charged (the store keeps them: do not modify).
+	Keys []string
+	// Cost is the units charged.
+	Cost int64
+	// Marks are the store's own record of the charge, for it alone to
+	// read (for the stores of this module: per key, the time of the
+	// charge, the key's refund count then, and one number per limit).
+	Marks []int64
+	c     *claim // set by the Limiter that returned the charge
+}
 
-type receipt struct {
-	policy *Policy
-	keys   []string
-	cost   int64
-	marks  []int64
-	store  Store // the store that charged, set by the Limiter
-	done   atomic.Bool
+// claim is what the copies of a Receipt share.
+type claim struct {
+	fallback bool // the Limiter's fallback store charged, not its store
+	done     atomic.Bool
 	// Of a charge holding slots (Concurrent): released once, and the
 	// receipt its latest renewal answered, which holds them now.
 	released atomic.Bool
-	renewed  atomic.Pointer[receipt]
-	// Of a request admitted from grants of a leased policy (WithLease):
-	// its share of each key's grant, refunded and settled in the process.
-	leases []leaseUse
+	renewed  atomic.Pointer[Receipt]
+	// adjust, for a request admitted from grants of a leased policy
+	// (WithLease), changes what it spent of them by delta units, in the
+	// process (lease_grants.go).
+	adjust func(ctx context.Context, r *http.Request, delta int64) error
 }
 
 // IsZero reports whether r stands for no charge.
-func (r Receipt) IsZero() bool { return r.r == nil }
+func (r Receipt) IsZero() bool { return r.Policy == nil }
 
-// claim reports whether this call is the first to claim r for a refund:
-// true once, false ever after (and for the zero Receipt), for r and all its
-// copies.
+// claimed returns r with a claim of its own when it has none: the
+// charge of the Limiter's store, or of its fallback.
+func (r Receipt) claimed(fallback bool) Receipt {
+	if !r.IsZero() && r.c == nil {
+		r.c = &claim{fallback: fallback}
+	}
+	return r
+}
+
+// claim reports whether this call is the first to claim r for a refund or
+// a settle: true once, false ever after (and for the zero Receipt), for r
+// and all its copies. A Receipt no Limiter returned has no claim to keep:
+// it is claimed every time.
 func (r Receipt) claim() bool {
-	return r.r != nil && r.r.done.CompareAndSwap(false, true)
+	if r.c == nil {
+		return !r.IsZero()
+	}
+	return r.c.done.CompareAndSwap(false, true)
 }
 
 // holding returns the receipt that holds r's slots now: its latest
 // renewal's, or r.
 func (r Receipt) holding() Receipt {
-	if r.r != nil {
-		if n := r.r.renewed.Load(); n != nil {
-			return Receipt{n}
+	if r.c != nil {
+		if n := r.c.renewed.Load(); n != nil {
+			return *n
 		}
 	}
 	return r
@@ -178,170 +229,15 @@ func (r Receipt) holding() Receipt {
 // withCost returns the charge r with its cost as c: the same charge as a
 // settle left it (its keys, policy, marks and store), claimable anew.
 func (r Receipt) withCost(c int64) Receipt {
-	n := &receipt{policy: r.r.policy, keys: r.r.keys, cost: c, marks: r.r.marks, store: r.r.store}
-	return Receipt{n}
-}
-
-func (r Receipt) withStore(s Store) {
-	if r.r != nil && r.r.store == nil {
-		r.r.store = s
+	r.Cost = c
+	if r.c != nil {
+		r.c = &claim{fallback: r.c.fallback}
 	}
+	return r
 }
 
-func (r Receipt) madeBy() Store {
-	if r.r == nil {
-		return nil
-	}
-	return r.r.store
-}
-
-func (r Receipt) policy() *Policy {
-	if r.r == nil {
-		return nil
-	}
-	return r.r.policy
-}
-
-func init() {
-	bridge.Layout = func(p any) *layout.Policy { return p.(*Policy).layout }
-	bridge.Definition = func(p any) string { return p.(*Policy).def }
-	bridge.NewReceipt = func(p any, keys []string, cost int64, marks []int64) any {
-		return Receipt{&receipt{policy: p.(*Policy), keys: keys, cost: cost, marks: marks}}
-	}
-	bridge.ReadReceipt = func(r any) (any, []string, int64, []int64) {
-		rc := r.(Receipt)
-		if rc.r == nil {
-			return (*Policy)(nil), nil, 0, nil
-		}
-		return rc.r.policy, rc.r.keys, rc.r.cost, rc.r.marks
-	}
-	bridge.CheckDecision = func(d, req any) error { return checkDecision(d.(Decision), req.(Request)) }
-	bridge.LeaseCounters = func(p any) any {
-		if l := p.(*Policy).lease; l != nil {
-			return l.store
-		}
-		return (*Policy)(nil)
-	}
-	bridge.SetClock = func(l any, now func() time.Time, sleep func(context.Context, time.Duration) error) {
-		l.(*Limiter).setClock(now)
-		l.(*Limiter).sleep = sleep
-	}
-}
-
-// The operations below are optional: a Store implements those it can, and
-// wrappers of stores (store.DenyCache) forward them. A Limiter asked for an
-// operation its store lacks returns an error wrapping errors.ErrUnsupported.
-
-// Resetter is implemented by stores that can forget keys' counters.
-type Resetter interface {
-	// Reset forgets the counters (and any BlockFor penalty) of keys under
-	// policy p, as if they had never been charged, in one round trip.
-	// Records of request IDs (Request.ID) are kept.
-	Reset(ctx context.Context, p *Policy, keys ...string) error
-}
-
-// Refunder is implemented by stores that can undo a charge.
-type Refunder interface {
-	// Refund takes back what the charge of r still counts, exactly: never
-	// below zero, never another charge's units. It refunds whenever asked:
-	// the caller sees to it that a charge is refunded once (Limiter.Refund
-	// does).
-	Refund(ctx context.Context, r Receipt) error
-}
-
-// Settler is implemented by stores that can settle a charge: change it to
-// the cost it turned out to have once the work was done.
-type Settler interface {
-	// Settle changes the charge of r to actual units (0 to MaxSettle), in
-	// one store call. Below the charge it takes back the difference, as
-	// Refund takes back a whole charge (what still counts, never another
-	// charge's units). Above it, it charges the difference to every key of
-	// r now, whatever room the limits have: usage past a limit is debt,
-	// and the key is denied until its limits have room again. A penalty
-	// (BlockFor) neither stops a debt nor starts. It settles whenever
-	// asked: the caller sees to it that a charge is settled once
-	// (Limiter.Settle does).
-	Settle(ctx context.Context, r Receipt, actual int64) error
-}
-
-// Releaser is implemented by stores that count requests in flight
-// (Concurrent limits).
-type Releaser interface {
-	// Release frees the slot the charge of r holds in every Concurrent
-	// limit, for every key, in one store call: as far as it still counts
-	// (a slot lapsed unrenewed, or forgotten by a Reset, frees nothing;
-	// never below zero). It frees whenever asked: the caller sees to it
-	// that a slot is freed once (Limiter.Release does). A charge of a
-	// policy without a Concurrent limit frees nothing.
-	Release(ctx context.Context, r Receipt) error
-	// Renew records the slots the charge of r holds anew, now, so that
-	// they count another lease, and returns the receipt that holds them
-	// from now on (for the next Renew and the Release). A slot that had
-	// lapsed is taken again, whatever room is left: its request is still
-	// in flight.
-	Renew(ctx context.Context, r Receipt) (Receipt, error)
-}
-
-// MaxSettle is the largest actual cost a charge may be settled to
-// (Settler, Limiter.Settle): 2^40 units.
-const MaxSettle = 1 << 40
-
-// Reserver is implemented by stores that can reserve a place in line.
-type Reserver interface {
-	// Reserve is Take for an event that may wait: when the policy's
-	// algorithm can record an admission in the future (the exact log of
-	// SlidingLog and of small SlidingWindow limits, and the token bucket:
-	// see Policy.Reserves) and every limit of every key has room by
-	// maxDelay from now, the request is admitted and charged as of that
-	// time, and Decision.Delay says how long to wait. Otherwise it is Take.
-	Reserve(ctx context.Context, req Request, maxDelay time.Duration) (Decision, error)
-}
-
-// Granter is implemented by stores that can grant part of a request.
-type Granter interface {
-	// TakeUpTo grants the largest cost ≤ req.Cost that every limit of every
-	// key can admit now, and charges exactly that (Decision.Granted; 0
-	// grants and charges nothing, and then the Decision denies, with the
-	// wait until a cost of 1 fits). req.Cost must be at least 1.
-	TakeUpTo(ctx context.Context, req Request) (Decision, error)
-}
-
-// Leaser is implemented by stores that can lease part of a policy's
-// quota to a caller that spends it over a while (WithLease).
-type Leaser interface {
-	// Lease grants, as TakeUpTo does, the largest cost ≤ req.Cost that
-	// every limit of every key can admit now, counting everything
-	// recorded, leases still ahead included, and records it as spent at
-	// now + hold: its caller may spend it at any time until then. A
-	// window limit counts it until hold + Period from now, and a token
-	// bucket takes it at now + hold, so its caller's spending never
-	// passes a limit in true time, whatever holds other callers lease
-	// with, and with the callers that take as they spend (hold 0 is
-	// TakeUpTo). Only counters that keep places in line can be leased: a
-	// policy that reserves (Policy.Reserves), and the counters a Limiter
-	// leases a WithLease policy under (store/storekit.LeaseCounters);
-	// other policies, a hold below 0 or above MaxSpan, and a policy with
-	// a Concurrent limit are refused (ErrInvalidRequest). The receipt
-	// refunds and settles the lease as any charge.
-	Lease(ctx context.Context, req Request, hold time.Duration) (Decision, error)
-}
-
-// FallbackStore is implemented by a Store that can fail, such as the Redis
-// store: it names the store that decides, per process, while it fails. A
-// Limiter built without WithFallback and without WithFailureMode asks that
-// store whenever this one fails or does not answer in time, so that an
-// outage does not leave the routes unlimited; each server then counts on
-// its own, and a fleet of N servers admits up to N times the limit until
-// the store answers again. The Redis store names a memory store
-// (store/memory); the deny cache (store/denycache) names its inner
-// store's.
-type FallbackStore interface {
-	// Fallback returns the store that decides while this one fails, or nil
-	// for none. It returns the same store every time: its counters carry
-	// over from one failure to the next. That store must not be this one,
-	// and should not fail itself (a memory store never does).
-	Fallback() Store
-}
+// byFallback reports that the Limiter's fallback store charged r.
+func (r Receipt) byFallback() bool { return r.c != nil && r.c.fallback }
 
 // LimitStatus is the state of one limit of the policy for one key.
 type LimitStatus struct {
@@ -362,22 +258,16 @@ type LimitStatus struct {
 	RetryAfter time.Duration
 }
 
-// local is implemented by stores that answer without I/O and never block
-// beyond a short lock (store/storekit.Local): a Limiter calls them without
-// setting a deadline, which saves a timer per request.
-type local interface{ Local() }
-
-// checkDecision reports a Decision that points outside its Request (a
-// limit or key index out of range, limit states of another policy, a
-// negative delay or grant, a grant above the cost), so that a faulty store
-// cannot make the headers index out of range. The Limiter checks every
-// store's answer with it; wrappers of stores check the store they wrap
-// (store/storekit.CheckDecision).
-func checkDecision(d Decision, req Request) error {
+// Check reports a Decision that points outside its Request (a limit or
+// key index out of range, limit states of another policy, a negative
+// delay or grant, a grant above the cost), so that a faulty store cannot
+// make the headers index out of range. The Limiter checks every store's
+// answer with it; a store that wraps another checks that store's.
+func (d Decision) Check(req Request) error {
 	if req.Policy == nil {
 		return errors.New("invalid decision: the request has no policy")
 	}
-	n := req.Policy.NumLimits()
+	n := len(req.Policy.limits)
 	if d.Limit < 0 || d.Limit >= n || d.Key < 0 || d.Key >= len(req.Keys) || len(d.Limits) != 0 && len(d.Limits) != n {
 		return fmt.Errorf("invalid decision: limit %d, key %d, %d limit states for %d limits and %d keys",
 			d.Limit, d.Key, len(d.Limits), n, len(req.Keys))
@@ -393,3 +283,36 @@ func checkDecision(d Decision, req Request) error {
 	}
 	return nil
 }
+
+// The operations a store may offer beyond Take, as store/storekit names
+// them for store writers (storekit.Resetter, storekit.Refunder, ...): a
+// Limiter looks for them in its stores.
+type (
+	resetter interface {
+		Reset(ctx context.Context, p *Policy, keys ...string) error
+	}
+	refunder interface {
+		Refund(ctx context.Context, r Receipt) error
+	}
+	settler interface {
+		Settle(ctx context.Context, r Receipt, actual int64) error
+	}
+	releaser interface {
+		Release(ctx context.Context, r Receipt) error
+		Renew(ctx context.Context, r Receipt) (Receipt, error)
+	}
+	reserver interface {
+		Reserve(ctx context.Context, req Request, maxDelay time.Duration) (Decision, error)
+	}
+	granter interface {
+		TakeUpTo(ctx context.Context, req Request) (Decision, error)
+	}
+	leaser interface {
+		Lease(ctx context.Context, req Request, hold time.Duration) (Decision, error)
+	}
+	fallbackStore interface{ Fallback() Store }
+	// local stores answer without I/O and never block beyond a short lock
+	// (storekit.Local): a Limiter calls them without setting a deadline,
+	// which saves a timer per request.
+	local interface{ Local() }
+)

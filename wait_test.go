@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimitkit/ratelimit/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // simClock is a simulated clock with timers for many goroutines: a

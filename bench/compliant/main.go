@@ -348,7 +348,7 @@ func runMatrix(st *store.Redis, rc *redis.Client, version, where string, n int) 
 		if err != nil {
 			return err
 		}
-		l := p.Limit(0)
+		l := p.Limits()[0]
 		perSecond := float64(l.Rate) / l.Period.Seconds()
 		lim, err := ratelimit.New(st, p, ratelimit.WithIdentifiers(mustHeader("X-API-Key")))
 		if err != nil {

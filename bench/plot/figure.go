@@ -121,8 +121,7 @@ func buildAlgorithmFigure(s scenario, r, compare *run, compareLabel string) (*al
 		compareAdmitted = compare.admittedTimes()
 	}
 	var over, overLimits []string
-	for i := range r.Policy.NumLimits() {
-		l := r.Policy.Limit(i)
+	for _, l := range r.Policy.Limits() {
 		steps := trailing(admitted, l.Period, end)
 		f.Counts = append(f.Counts, steps)
 		m := maxCount(steps)
@@ -203,8 +202,7 @@ func counterForm(p *ratelimit.Policy) string {
 	}
 	var exact, buckets []string
 	precision := 0
-	for i := range p.NumLimits() {
-		l := p.Limit(i)
+	for _, l := range p.Limits() {
 		spec := limitSpec(l)
 		if l.Precision == 0 { // Limits report Precision 0 for an exact log
 			exact = append(exact, spec)
@@ -216,8 +214,8 @@ func counterForm(p *ratelimit.Policy) string {
 	switch {
 	case len(buckets) == 0:
 		return "exact log"
-	case len(exact) == 0 && p.NumLimits() == 1:
-		return fmt.Sprintf("%d sub-buckets of %s", precision, durationLabel(p.Limit(0).Period/time.Duration(precision)))
+	case len(exact) == 0 && len(p.Limits()) == 1:
+		return fmt.Sprintf("%d sub-buckets of %s", precision, durationLabel(p.Limits()[0].Period/time.Duration(precision)))
 	case len(exact) == 0:
 		return fmt.Sprintf("%d sub-buckets", precision)
 	}
@@ -263,7 +261,10 @@ func retryAfterPanel(r, compare *run, compareLabel string) (*plot.Plot, error) {
 		exact = append(exact, plotter.XY{X: seconds(e.At), Y: e.Exact.Seconds()})
 		top = max(top, float64(e.RetryAfter))
 	}
-	logY := r.Policy.MaxPeriod() > time.Minute
+	logY := false
+	for _, l := range r.Policy.Limits() {
+		logY = logY || l.Period > time.Minute
+	}
 	if logY {
 		// The exact wait can be microseconds: show it from 10 ms.
 		for i := range exact {

@@ -53,7 +53,7 @@ func generate(out, fleetCSV, fleetOut string) error {
 		}
 		fmt.Printf("%s.png: %d requests, %d admitted; most admitted in any window:", filepath.Join(out, s.File), len(r.Events), len(r.admittedTimes()))
 		for i, c := range f.Counts {
-			l := r.Policy.Limit(i)
+			l := r.Policy.Limits()[i]
 			fmt.Printf(" %d per %s (limit %d)", maxCount(c), durationLabel(l.Period), l.Rate)
 		}
 		fmt.Println()

@@ -105,7 +105,7 @@ func TestDrawnIsAdmitted(t *testing.T) {
 			// Curves: the most admitted in any window, by brute force.
 			adm := r.admittedTimes()
 			for i, steps := range f.Counts {
-				period := r.Policy.Limit(i).Period
+				period := r.Policy.Limits()[i].Period
 				if got, want := maxCount(steps), bruteMax(adm, period); got != want {
 					t.Errorf("limit %d: drawn most %d in a window, brute force says %d", i, got, want)
 				}

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/shardmap"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 var (
-	_ storekit.Complete       = (*Cache)(nil)
-	_ ratelimit.FallbackStore = (*Cache)(nil)
+	_ storekit.Complete      = (*Cache)(nil)
+	_ storekit.FallbackStore = (*Cache)(nil)
 )
 
 // DefaultMaxHold is how long the deny cache holds a denial at
@@ -59,7 +60,7 @@ const DefaultMaxHold = time.Second
 // Settle, Release, Renew, Reserve, TakeUpTo, Lease) to the wrapped store, and returns an error wrapping
 // errors.ErrUnsupported when that store lacks one; it names the wrapped
 // store's fallback (Fallback) as its own.
-var _ ratelimit.Leaser = (*Cache)(nil)
+var _ storekit.Leaser = (*Cache)(nil)
 
 type Cache struct {
 	inner   ratelimit.Store
@@ -193,7 +194,7 @@ func (c *Cache) after(req ratelimit.Request, d ratelimit.Decision, err error, ca
 		return d, err
 	}
 	if req.Policy != nil {
-		if err := storekit.CheckDecision(d, req); err != nil {
+		if err := d.Check(req); err != nil {
 			return ratelimit.Decision{}, fmt.Errorf("ratelimit/store: deny cache: the wrapped store answered an %w", err)
 		}
 	}
@@ -228,12 +229,7 @@ func (c *Cache) remember(req ratelimit.Request, d ratelimit.Decision) {
 	e.d.Limits = make([]ratelimit.LimitStatus, len(d.Limits))
 	for i, l := range d.Limits {
 		if l.Key != d.Key { // another key's state: not this key's to replay
-			lim := req.Policy.Limit(i)
-			full := lim.Rate
-			if req.Policy.Algorithm() == ratelimit.TokenBucket {
-				full = lim.Burst
-			}
-			l = ratelimit.LimitStatus{Allowed: true, Remaining: full}
+			l = ratelimit.LimitStatus{Allowed: true, Remaining: plan.Layout(req.Policy).Limits[i].Capacity}
 		}
 		l.Key = 0
 		e.d.Limits[i] = l
@@ -272,10 +268,10 @@ func (e *denial) replay(elapsed time.Duration, ki int) ratelimit.Decision {
 	return d
 }
 
-// Reset implements ratelimit.Resetter: it forgets the keys' cached denials
+// Reset implements storekit.Resetter: it forgets the keys' cached denials
 // and resets them in the wrapped store.
 func (c *Cache) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) error {
-	rs, ok := c.inner.(ratelimit.Resetter)
+	rs, ok := c.inner.(storekit.Resetter)
 	if !ok {
 		return unsupported("Reset", c.inner)
 	}
@@ -289,61 +285,61 @@ func (c *Cache) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) 
 	return err
 }
 
-// Refund implements ratelimit.Refunder: it refunds in the wrapped store and
+// Refund implements storekit.Refunder: it refunds in the wrapped store and
 // forgets the keys' cached denials.
 func (c *Cache) Refund(ctx context.Context, r ratelimit.Receipt) error {
-	rf, ok := c.inner.(ratelimit.Refunder)
+	rf, ok := c.inner.(storekit.Refunder)
 	if !ok {
 		return unsupported("Refund", c.inner)
 	}
 	err := rf.Refund(ctx, r)
-	if ch := storekit.ChargeOf(r); ch.Policy != nil {
+	if ch := r; ch.Policy != nil {
 		c.forget(ch.Policy.ID(), ch.Keys)
 	}
 	return err
 }
 
-// Settle implements ratelimit.Settler: it settles in the wrapped store and
+// Settle implements storekit.Settler: it settles in the wrapped store and
 // forgets the keys' cached denials (a settle below the charge gives room
 // back; above it, the store has the new wait).
 func (c *Cache) Settle(ctx context.Context, r ratelimit.Receipt, actual int64) error {
-	st, ok := c.inner.(ratelimit.Settler)
+	st, ok := c.inner.(storekit.Settler)
 	if !ok {
 		return unsupported("Settle", c.inner)
 	}
 	err := st.Settle(ctx, r, actual)
-	if ch := storekit.ChargeOf(r); ch.Policy != nil {
+	if ch := r; ch.Policy != nil {
 		c.forget(ch.Policy.ID(), ch.Keys)
 	}
 	return err
 }
 
-// Release implements ratelimit.Releaser: it frees the slots in the
+// Release implements storekit.Releaser: it frees the slots in the
 // wrapped store and forgets the keys' cached denials (a slot freed is room).
 func (c *Cache) Release(ctx context.Context, r ratelimit.Receipt) error {
-	rl, ok := c.inner.(ratelimit.Releaser)
+	rl, ok := c.inner.(storekit.Releaser)
 	if !ok {
 		return unsupported("Release", c.inner)
 	}
 	err := rl.Release(ctx, r)
-	if ch := storekit.ChargeOf(r); ch.Policy != nil {
+	if ch := r; ch.Policy != nil {
 		c.forget(ch.Policy.ID(), ch.Keys)
 	}
 	return err
 }
 
-// Renew implements ratelimit.Releaser: it renews in the wrapped store.
+// Renew implements storekit.Releaser: it renews in the wrapped store.
 func (c *Cache) Renew(ctx context.Context, r ratelimit.Receipt) (ratelimit.Receipt, error) {
-	rl, ok := c.inner.(ratelimit.Releaser)
+	rl, ok := c.inner.(storekit.Releaser)
 	if !ok {
 		return r, unsupported("Renew", c.inner)
 	}
 	return rl.Renew(ctx, r)
 }
 
-// Reserve implements ratelimit.Reserver (the cache is not consulted).
+// Reserve implements storekit.Reserver (the cache is not consulted).
 func (c *Cache) Reserve(ctx context.Context, req ratelimit.Request, maxDelay time.Duration) (ratelimit.Decision, error) {
-	rs, ok := c.inner.(ratelimit.Reserver)
+	rs, ok := c.inner.(storekit.Reserver)
 	if !ok {
 		return ratelimit.Decision{}, unsupported("Reserve", c.inner)
 	}
@@ -351,9 +347,9 @@ func (c *Cache) Reserve(ctx context.Context, req ratelimit.Request, maxDelay tim
 	return c.after(req, d, err, false)
 }
 
-// TakeUpTo implements ratelimit.Granter (the cache is not consulted).
+// TakeUpTo implements storekit.Granter (the cache is not consulted).
 func (c *Cache) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	g, ok := c.inner.(ratelimit.Granter)
+	g, ok := c.inner.(storekit.Granter)
 	if !ok {
 		return ratelimit.Decision{}, unsupported("TakeUpTo", c.inner)
 	}
@@ -361,9 +357,9 @@ func (c *Cache) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.
 	return c.after(req, d, err, false)
 }
 
-// Lease implements ratelimit.Leaser (the cache is not consulted).
+// Lease implements storekit.Leaser (the cache is not consulted).
 func (c *Cache) Lease(ctx context.Context, req ratelimit.Request, hold time.Duration) (ratelimit.Decision, error) {
-	l, ok := c.inner.(ratelimit.Leaser)
+	l, ok := c.inner.(storekit.Leaser)
 	if !ok {
 		return ratelimit.Decision{}, unsupported("Lease", c.inner)
 	}
@@ -371,12 +367,12 @@ func (c *Cache) Lease(ctx context.Context, req ratelimit.Request, hold time.Dura
 	return c.after(req, d, err, false)
 }
 
-// Fallback implements ratelimit.FallbackStore: it returns the wrapped
+// Fallback implements storekit.FallbackStore: it returns the wrapped
 // store's fallback (the Redis store's memory store), or nil when the
 // wrapped store names none. The fallback is used as it is, without a deny
 // cache in front: it answers in process anyway.
 func (c *Cache) Fallback() ratelimit.Store {
-	if f, ok := c.inner.(ratelimit.FallbackStore); ok {
+	if f, ok := c.inner.(storekit.FallbackStore); ok {
 		return f.Fallback()
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store/memory"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 // countingStore counts the calls that reach a store.
@@ -147,7 +148,7 @@ func TestDenyCacheHashesLongKeys(t *testing.T) {
 type faultyStore struct{}
 
 func (faultyStore) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	return ratelimit.Decision{RetryAfter: time.Second, Limits: make([]ratelimit.LimitStatus, req.Policy.NumLimits()+3)}, nil
+	return ratelimit.Decision{RetryAfter: time.Second, Limits: make([]ratelimit.LimitStatus, len(req.Policy.Limits())+3)}, nil
 }
 
 // TestDenyCacheFaultyStore: an inner Decision that points outside its
@@ -255,7 +256,7 @@ type countingGranter struct{ countingStore }
 
 func (s *countingGranter) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	s.calls.Add(1)
-	return s.Store.(ratelimit.Granter).TakeUpTo(ctx, req)
+	return s.Store.(storekit.Granter).TakeUpTo(ctx, req)
 }
 
 // TestDenyCachePenaltyStarts: under a policy with a penalty (BlockFor), a

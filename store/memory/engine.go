@@ -2,8 +2,8 @@ package memory
 
 import (
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 )
 
@@ -38,7 +38,7 @@ type outcome struct {
 // reply reports it.
 func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64, o verdict.Call) outcome {
 	block := pol.BlockFor().Microseconds()
-	reserves := bridge.Layout(pol).Reserves
+	reserves := plan.Layout(pol).Reserves
 	c1 := o.Cost
 	if c1 == 0 {
 		c1 = 1 // a peek asks whether a request of cost 1 would fit

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testkit/testmode"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 )
 
 // floodClock is a controlled clock for the flood tests.
@@ -149,7 +150,8 @@ func TestFloodDistinctIdentities(t *testing.T) {
 		// shard for a shard that was not touched right at its sweep time.
 		// The clock moves by at least 1ms per new identity, more for a
 		// small flood, so that it spans four such windows.
-		window := p.TTL() + time.Duration(sweepEvery)*time.Microsecond
+		ttl := time.Duration(plan.Layout(p).TTLMS) * time.Millisecond
+		window := ttl + time.Duration(sweepEvery)*time.Microsecond
 		step := max(time.Millisecond, (4 * window / time.Duration(total)).Round(time.Microsecond))
 		bound := int(window/step) + 2*len(m.shards)
 		ctx := context.Background()
@@ -172,7 +174,7 @@ func TestFloodDistinctIdentities(t *testing.T) {
 		runtime.KeepAlive(m)
 		grown := int64(after) - int64(before)
 		t.Logf("unbounded store, TTL %v, one new identity per %v of clock (%v simulated): %d sent, %d held at the end, peak %d (bound %d); heap in use +%.1f MiB; %.2fµs per identity",
-			p.TTL(), step, time.Duration(clk.Since0(t0)), total, n, peak, bound, float64(grown)/(1<<20), perKeyMicros(took, total))
+			ttl, step, time.Duration(clk.Since0(t0)), total, n, peak, bound, float64(grown)/(1<<20), perKeyMicros(took, total))
 		if peak > bound || n > bound {
 			t.Errorf("held %d at the peak, %d at the end, want at most %d: idle identities are not let go", peak, n, bound)
 		}

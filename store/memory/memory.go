@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/shardmap"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
@@ -17,7 +17,7 @@ import (
 
 var _ storekit.Complete = (*Store)(nil)
 var _ storekit.Local = (*Store)(nil)
-var _ ratelimit.Leaser = (*Store)(nil)
+var _ storekit.Leaser = (*Store)(nil)
 
 // Store is an in-process ratelimit.Store: the same algorithms and decisions as
 // Redis, for a single server, for tests, and as the fallback when Redis
@@ -133,17 +133,17 @@ func (m *Store) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 	return m.do(ctx, req, verdict.Call{Cost: req.Cost})
 }
 
-// Reserve implements ratelimit.Reserver.
+// Reserve implements storekit.Reserver.
 func (m *Store) Reserve(ctx context.Context, req ratelimit.Request, maxDelay time.Duration) (ratelimit.Decision, error) {
 	return m.do(ctx, req, verdict.Call{Cost: req.Cost, MaxDelay: verdict.ReserveUS(maxDelay)})
 }
 
-// TakeUpTo implements ratelimit.Granter.
+// TakeUpTo implements storekit.Granter.
 func (m *Store) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	return m.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true})
 }
 
-// Lease implements ratelimit.Leaser.
+// Lease implements storekit.Leaser.
 func (m *Store) Lease(ctx context.Context, req ratelimit.Request, hold time.Duration) (ratelimit.Decision, error) {
 	return m.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true, Hold: verdict.HoldUS(hold)})
 }
@@ -181,10 +181,10 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	lay := bridge.Layout(req.Policy)
+	lay := plan.Layout(req.Policy)
 	lim := lay.Limits
 	pid := req.Policy.ID()
-	ttl := req.Policy.TTL().Microseconds()
+	ttl := lay.TTLMS * 1000
 
 	var shards, locked [ratelimit.MaxKeys]uint64
 	defer m.unlockShards(m.lockKeys(req.Keys, &shards, &locked))
@@ -319,7 +319,7 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 				ik := idKey{mks[ki], idh}
 				if old := sh.ids[ik]; old == nil || old.expires <= now {
 					m.bound(sh, now)
-					sh.ids[ik] = &idRecord{expires: now + req.Policy.MaxPeriod().Microseconds(),
+					sh.ids[ik] = &idRecord{expires: now + lay.IDTTL,
 						granted: out.granted, at: k.t, stats: slices.Clone(k.stats)}
 				}
 			}
@@ -328,7 +328,7 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 	verdict.Finish(&d, out.allowed, req.Policy)
 	d.Repeated = repeated
 	if len(charged) > 0 {
-		d.Receipt = storekit.NewReceipt(req.Policy, charged, out.granted, marks)
+		d.Receipt = ratelimit.Receipt{Policy: req.Policy, Keys: charged, Cost: out.granted, Marks: marks}
 	}
 	return d, nil
 }

@@ -4,14 +4,14 @@ import (
 	"context"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/shardmap"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-// Reset implements ratelimit.Resetter.
+// Reset implements storekit.Resetter.
 func (m *Store) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) error {
 	if err := storekit.Validate(ratelimit.Request{Policy: p, Keys: keys}); err != nil {
 		return err
@@ -40,19 +40,19 @@ func (m *Store) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) 
 		clear(e.f)
 		e.f[layout.MemGen] = epoch * layout.GenEpoch
 		e.pend = nil
-		e.expires = max(e.expires, now+p.TTL().Microseconds())
+		e.expires = max(e.expires, now+plan.Layout(p).TTLMS*1000)
 	}
 	return nil
 }
 
-// Refund implements ratelimit.Refunder.
+// Refund implements storekit.Refunder.
 func (m *Store) Refund(ctx context.Context, r ratelimit.Receipt) error {
 	c, err := verdict.Charge(r)
 	if err != nil || c.Policy == nil {
 		return err
 	}
 	p, keys, marks := c.Policy, c.Keys, c.Marks
-	lay := bridge.Layout(p)
+	lay := plan.Layout(p)
 	var shards, locked [ratelimit.MaxKeys]uint64
 	defer m.unlockShards(m.lockKeys(keys, &shards, &locked))
 	now := m.now().UnixMicro()

@@ -7,7 +7,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 )
 
-// Settle implements ratelimit.Settler: a refund of part of the charge, or
+// Settle implements storekit.Settler: a refund of part of the charge, or
 // a debt charged now whatever room the limits have (verdict.Settlement).
 func (m *Store) Settle(ctx context.Context, r ratelimit.Receipt, actual int64) error {
 	back, debt, err := verdict.Settlement(r, actual)

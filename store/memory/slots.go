@@ -5,20 +5,19 @@ import (
 	"slices"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/shardmap"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
-	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-// Release implements ratelimit.Releaser.
+// Release implements storekit.Releaser.
 func (m *Store) Release(ctx context.Context, r ratelimit.Receipt) error {
 	_, err := m.slots(r, false)
 	return err
 }
 
-// Renew implements ratelimit.Releaser.
+// Renew implements storekit.Releaser.
 func (m *Store) Renew(ctx context.Context, r ratelimit.Receipt) (ratelimit.Receipt, error) {
 	return m.slots(r, true)
 }
@@ -28,10 +27,10 @@ func (m *Store) Renew(ctx context.Context, r ratelimit.Receipt) (ratelimit.Recei
 // records it again at now: the receipt returned carries the new marks.
 func (m *Store) slots(r ratelimit.Receipt, renew bool) (ratelimit.Receipt, error) {
 	c, err := verdict.Charge(r)
-	if err != nil || c.Policy == nil || !bridge.Layout(c.Policy).Slots {
+	if err != nil || c.Policy == nil || !plan.Layout(c.Policy).Slots {
 		return r, err
 	}
-	lim := bridge.Layout(c.Policy).Limits
+	lim := plan.Layout(c.Policy).Limits
 	var shards, locked [ratelimit.MaxKeys]uint64
 	defer m.unlockShards(m.lockKeys(c.Keys, &shards, &locked))
 	now := m.now().UnixMicro()
@@ -45,7 +44,7 @@ func (m *Store) slots(r ratelimit.Receipt, renew bool) (ratelimit.Receipt, error
 			if !renew {
 				continue
 			}
-			e = m.entry(sh, mk, now, bridge.Layout(c.Policy), nil)
+			e = m.entry(sh, mk, now, plan.Layout(c.Policy), nil)
 		}
 		for i := range lim {
 			l := &e.lay.Limits[i]
@@ -58,7 +57,7 @@ func (m *Store) slots(r ratelimit.Receipt, renew bool) (ratelimit.Receipt, error
 			if renew {
 				cur++
 				marks[ki*stride+2+i] = ep + 1
-				e.expires = max(e.expires, now+c.Policy.TTL().Microseconds())
+				e.expires = max(e.expires, now+plan.Layout(c.Policy).TTLMS*1000)
 			}
 			st[l.Mem], st[l.Mem+1], st[l.Mem+2] = ep, cur, prev
 		}
@@ -66,5 +65,5 @@ func (m *Store) slots(r ratelimit.Receipt, renew bool) (ratelimit.Receipt, error
 	if !renew {
 		return r, nil
 	}
-	return storekit.NewReceipt(c.Policy, c.Keys, c.Cost, marks), nil
+	return ratelimit.Receipt{Policy: c.Policy, Keys: c.Keys, Cost: c.Cost, Marks: marks}, nil
 }

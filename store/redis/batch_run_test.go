@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
-	goredis "github.com/redis/go-redis/v9"
 )
 
 // roundHook records, per round a batch sends (its pipeline, or one

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 )
 
@@ -22,7 +22,7 @@ import (
 // round trip, on that path only); those of masters that answered late,
 // off the request's path.
 func (r *Store) takeCluster(ctx context.Context, req ratelimit.Request, o verdict.Call, prep *prepared, keys, idKeys []string, now int64) (ratelimit.Decision, error) {
-	nl := req.Policy.NumLimits()
+	nl := len(plan.Layout(req.Policy).Limits)
 	pctx := ctx
 	if dl, ok := ctx.Deadline(); ok {
 		// End the calls at three quarters of the budget, leaving time to
@@ -82,7 +82,7 @@ collect:
 	allowed := !denied && failed == nil && pending == 0
 	// Give back what the request was charged and will not use, and the
 	// slots it will not hold.
-	refunds := &refunder{r: r, pol: req.Policy, release: !allowed && bridge.Layout(req.Policy).Slots}
+	refunds := &refunder{r: r, pol: req.Policy, release: !allowed && plan.Layout(req.Policy).Slots}
 	for ki, rep := range replies {
 		if rep == nil {
 			continue
@@ -106,7 +106,7 @@ collect:
 		refunds.add(keys[ki], back, slices.Clone(m))
 		// Report this key as if it had not been charged what comes back;
 		// its receipt's TATs are those after the grant alone.
-		lay := bridge.Layout(req.Policy)
+		lay := plan.Layout(req.Policy)
 		for i := 0; i < nl; i++ {
 			limitAt(part, i)[lRemaining] += back
 			if l := lay.Limits[i]; l.Kind == layout.Token {

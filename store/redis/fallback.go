@@ -5,11 +5,12 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store/memory"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-var _ ratelimit.FallbackStore = (*Store)(nil)
+var _ storekit.FallbackStore = (*Store)(nil)
 
-// Fallback implements ratelimit.FallbackStore: it returns the memory store
+// Fallback implements storekit.FallbackStore: it returns the memory store
 // (store/memory) that decides, in this process, while Redis fails. A
 // Limiter built without WithFallback and WithFailureMode asks it, so an
 // outage of Redis does not leave the routes unlimited: each server counts

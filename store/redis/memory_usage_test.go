@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
 	"github.com/ratelimitkit/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 )
 
 // TestRealMemoryPerIdentity measures MEMORY USAGE (SAMPLES 0: every field)
@@ -45,7 +45,7 @@ func TestRealMemoryPerIdentity(t *testing.T) {
 		// each a whole longest period after the last, so each is admitted
 		// and every slot of every log is written. (Two at least, so the
 		// weighted window writes its previous window too.)
-		lay := bridge.Layout(p)
+		lay := plan.Layout(p)
 		lim, nf := lay.Limits, lay.MemFields
 		slots := int64(2)
 		for _, l := range lim {
@@ -55,7 +55,7 @@ func TestRealMemoryPerIdentity(t *testing.T) {
 		}
 		for i := int64(0); i < slots; i++ {
 			take(fmt.Sprintf("log slot %d", i))
-			at = at.Add(p.MaxPeriod() + time.Second)
+			at = at.Add(time.Duration(plan.Layout(p).IDTTL)*time.Microsecond + time.Second) // the longest period
 		}
 		// Then the sub-buckets, the widest limit's first: a charge in each
 		// of n+1 consecutive sub-buckets of a limit leaves every slot of its

@@ -7,6 +7,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
@@ -26,7 +27,7 @@ func (p *prepared) refundArgs(now, cost int64, marks ...[]int64) []any {
 	return args
 }
 
-// Reset implements ratelimit.Resetter: every key's counters are emptied,
+// Reset implements storekit.Resetter: every key's counters are emptied,
 // in one round trip (one script per key, sent together). Each key keeps
 // the epoch that voids refunds of charges made before the Reset, for as
 // long as those could still count (script.lua, reset).
@@ -38,7 +39,7 @@ func (r *Store) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) 
 	for i, k := range keys {
 		rk[i] = redisKey(r.prefix, p.ID(), k)
 	}
-	ttl := (p.TTL() + r.ttlExtra).Milliseconds() + 1
+	ttl := plan.Layout(p).TTLMS + r.ttlExtra.Milliseconds() + 1
 	cmds := pipeline(ctx, r.client, len(rk), func(i int) (*goredis.Script, []string, []any) {
 		return generic, rk[i : i+1], []any{opReset, ttl}
 	})
@@ -53,7 +54,7 @@ func (r *Store) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) 
 	return nil
 }
 
-// Refund implements ratelimit.Refunder: one script call (one per key on a
+// Refund implements storekit.Refunder: one script call (one per key on a
 // Cluster, sent together), in one round trip.
 func (r *Store) Refund(ctx context.Context, rc ratelimit.Receipt) error {
 	c, err := verdict.Charge(rc)
@@ -78,7 +79,7 @@ func (r *Store) Refund(ctx context.Context, rc ratelimit.Receipt) error {
 
 // chargeKeys returns the Redis keys of a charge's identities and, for
 // each, its marks (verdict.MarksPerKey of them).
-func (r *Store) chargeKeys(c storekit.Charge) (keys []string, marks [][]int64) {
+func (r *Store) chargeKeys(c ratelimit.Receipt) (keys []string, marks [][]int64) {
 	stride := verdict.MarksPerKey(c.Policy)
 	keys, marks = make([]string, len(c.Keys)), make([][]int64, len(c.Keys))
 	for i, k := range c.Keys {

@@ -9,8 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit/internal/layout"
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
 
 // A script call can run twice: go-redis sends a command again when the

@@ -9,8 +9,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 )
 
 // The store's one script (script.lua): its operations are chosen by the
@@ -233,7 +233,7 @@ func (s *scripts) prepare(pol *ratelimit.Policy, ttlExtraMS int64) *prepared {
 	if v, ok := s.cache.Load(pol); ok { // prepared while this call waited
 		return v.(*prepared)
 	}
-	lay := bridge.Layout(pol)
+	lay := plan.Layout(pol)
 	nums := policyNumbers(lay)
 	nums[0] += ttlExtraMS
 	n := s.count + 1

@@ -8,7 +8,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 )
 
-// Settle implements ratelimit.Settler, in one script call (one per key on a
+// Settle implements storekit.Settler, in one script call (one per key on a
 // Cluster, sent together): a refund of part of the charge, or a debt
 // charged now whatever room the limits have (verdict.Settlement). A debt
 // carries a resend ID as a take does, so that a resent call charges once.

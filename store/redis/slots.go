@@ -6,20 +6,19 @@ import (
 	"slices"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
-	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-// Release implements ratelimit.Releaser: one script call (one per key on
+// Release implements storekit.Releaser: one script call (one per key on
 // a Cluster, sent together).
 func (r *Store) Release(ctx context.Context, rc ratelimit.Receipt) error {
 	_, err := r.slots(ctx, rc, false)
 	return err
 }
 
-// Renew implements ratelimit.Releaser: one script call (one per key on a
+// Renew implements storekit.Releaser: one script call (one per key on a
 // Cluster, sent together).
 func (r *Store) Renew(ctx context.Context, rc ratelimit.Receipt) (ratelimit.Receipt, error) {
 	return r.slots(ctx, rc, true)
@@ -29,10 +28,10 @@ func (r *Store) Renew(ctx context.Context, rc ratelimit.Receipt) (ratelimit.Rece
 // returns the receipt with the marks it answered.
 func (r *Store) slots(ctx context.Context, rc ratelimit.Receipt, renew bool) (ratelimit.Receipt, error) {
 	c, err := verdict.Charge(rc)
-	if err != nil || c.Policy == nil || !bridge.Layout(c.Policy).Slots {
+	if err != nil || c.Policy == nil || !plan.Layout(c.Policy).Slots {
 		return rc, err
 	}
-	stride, nl := verdict.MarksPerKey(c.Policy), c.Policy.NumLimits()
+	stride, nl := verdict.MarksPerKey(c.Policy), len(plan.Layout(c.Policy).Limits)
 	rk, per := r.chargeKeys(c)
 	prep := r.scripts.prepare(c.Policy, r.ttlExtra.Milliseconds())
 	args := func(now int64, marks ...[]int64) []any { return prep.slotArgs(now, renew, marks...) }
@@ -62,7 +61,7 @@ func (r *Store) slots(ctx context.Context, rc ratelimit.Receipt, renew bool) (ra
 		return rc, fmt.Errorf("ratelimit/store: redis: renew: unexpected script reply of %d values, want %d", len(got), len(rk)*nl)
 	}
 	marks := slices.Clone(c.Marks)
-	lay := bridge.Layout(c.Policy)
+	lay := plan.Layout(c.Policy)
 	for ki := range rk {
 		for i := range nl {
 			if lay.Limits[i].Kind == layout.Concurrent {
@@ -70,7 +69,7 @@ func (r *Store) slots(ctx context.Context, rc ratelimit.Receipt, renew bool) (ra
 			}
 		}
 	}
-	return storekit.NewReceipt(c.Policy, c.Keys, c.Cost, marks), nil
+	return ratelimit.Receipt{Policy: c.Policy, Keys: c.Keys, Cost: c.Cost, Marks: marks}, nil
 }
 
 // slotArgs lays out the ARGV of a release or renewal (script.lua's 'c'):

@@ -6,14 +6,15 @@ import (
 	"sync"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
-	goredis "github.com/redis/go-redis/v9"
 )
 
 var _ storekit.Complete = (*Store)(nil)
-var _ ratelimit.Leaser = (*Store)(nil)
+var _ storekit.Leaser = (*Store)(nil)
 
 // Store is a ratelimit.Store whose counters live in Redis, shared by every server
 // that uses the same Redis and key prefix. Each Take is one script call
@@ -82,7 +83,7 @@ func (r *Store) Take(ctx context.Context, req ratelimit.Request) (ratelimit.Deci
 	return r.do(ctx, req, verdict.Call{Cost: req.Cost})
 }
 
-// Reserve implements ratelimit.Reserver. On a Cluster (or Ring), a request
+// Reserve implements storekit.Reserver. On a Cluster (or Ring), a request
 // whose keys live on several masters cannot reserve, since each master
 // would reserve its own time: it is a plain Take.
 func (r *Store) Reserve(ctx context.Context, req ratelimit.Request, maxDelay time.Duration) (ratelimit.Decision, error) {
@@ -93,14 +94,14 @@ func (r *Store) Reserve(ctx context.Context, req ratelimit.Request, maxDelay tim
 	return r.do(ctx, req, o)
 }
 
-// TakeUpTo implements ratelimit.Granter. On a Cluster (or Ring), each key
+// TakeUpTo implements storekit.Granter. On a Cluster (or Ring), each key
 // grants what fits on its master and the excess over the smallest grant is
 // refunded before the call returns.
 func (r *Store) TakeUpTo(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	return r.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true})
 }
 
-// Lease implements ratelimit.Leaser: TakeUpTo, recorded hold ahead. On a
+// Lease implements storekit.Leaser: TakeUpTo, recorded hold ahead. On a
 // Cluster (or Ring), as TakeUpTo.
 func (r *Store) Lease(ctx context.Context, req ratelimit.Request, hold time.Duration) (ratelimit.Decision, error) {
 	return r.do(ctx, req, verdict.Call{Cost: req.Cost, UpTo: true, Hold: verdict.HoldUS(hold)})

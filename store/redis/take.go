@@ -6,10 +6,9 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
-	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 // takeArgs lays out a take's ARGV (script.lua): the operation and the
@@ -37,9 +36,9 @@ func (p *prepared) takeArgs(now int64, o verdict.Call, rid any, hasID bool) []an
 // A take's modes (ARGV[4] of 't'), named M_* in the script's prelude.
 const (
 	modeTake  = "0" // all of the cost, or nothing
-	modeUpTo  = "1" // the most of the cost that fits (ratelimit.Granter)
+	modeUpTo  = "1" // the most of the cost that fits (storekit.Granter)
 	modeForce = "2" // all of it whatever room there is: a settle's debt (verdict.Call.Force)
-	modeLease = "3" // the most that fits, recorded ARGV[5] µs ahead (ratelimit.Leaser, verdict.Call.Hold)
+	modeLease = "3" // the most that fits, recorded ARGV[5] µs ahead (storekit.Leaser, verdict.Call.Hold)
 )
 
 // nowUS is the time the scripts get: 0, for Redis TIME, unless a test set
@@ -55,7 +54,7 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 	pol := req.Policy
 	now := r.nowUS()
 	prep := r.scripts.prepare(pol, r.ttlExtra.Milliseconds())
-	nl := pol.NumLimits()
+	nl := len(plan.Layout(pol).Limits)
 	keys := make([]string, len(req.Keys))
 	for i, k := range req.Keys {
 		keys[i] = redisKey(r.prefix, pol.ID(), k)
@@ -63,7 +62,7 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 	var idKeys []string
 	// Under a policy with a Concurrent limit a repeat of a request ID is
 	// decided and charged anew: every run holds a slot (store/memory's do).
-	if req.ID != "" && !bridge.Layout(pol).Slots {
+	if req.ID != "" && !plan.Layout(pol).Slots {
 		h := layout.IDHash(req.ID)
 		idKeys = make([]string, len(req.Keys))
 		for i, k := range req.Keys {
@@ -195,7 +194,7 @@ func decide(req ratelimit.Request, replies [][]int64, nl int) ratelimit.Decision
 	}
 	verdict.Finish(&d, allowed, req.Policy)
 	if len(charged) > 0 {
-		d.Receipt = storekit.NewReceipt(req.Policy, charged, d.Granted, marks)
+		d.Receipt = ratelimit.Receipt{Policy: req.Policy, Keys: charged, Cost: d.Granted, Marks: marks}
 	}
 	return d
 }

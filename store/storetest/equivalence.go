@@ -18,7 +18,7 @@ import (
 // release and renew earlier charges' slots.
 // In every fourth trace (another one) the policy is a leased policy's
 // counters (storekit.LeaseCounters), and leases recorded ahead of now
-// (ratelimit.Leaser) of random holds mix with every other step.
+// (storekit.Leaser) of random holds mix with every other step.
 // Every third trace is one of the guarantee checker's crowded lines of
 // reservations, partial grants, refunds and settles on several keys. In every
 // other trace the definition changes mid-trace, back and forth: runs of
@@ -87,7 +87,7 @@ func replay(t *testing.T, h Harness, p, alt *ratelimit.Policy, trace []step, n i
 			// hold one identity's ring at different sizes while rates
 			// change (the memory store reads a request's keys in one
 			// layout): no debt then (Limiter.Settle says so).
-			st.cost = min(st.cost, storekit.ChargeOf(memR[st.ref]).Cost)
+			st.cost = min(st.cost, memR[st.ref].Cost)
 		}
 		want, err := apply(ctx, mem, p, st, memR)
 		if err != nil {
@@ -135,21 +135,21 @@ func apply(ctx context.Context, s ratelimit.Store, p *ratelimit.Policy, st step,
 	req := ratelimit.Request{Policy: p, Keys: st.keys, Cost: st.cost, ID: st.id}
 	switch st.op {
 	case opUpTo:
-		return s.(ratelimit.Granter).TakeUpTo(ctx, req)
+		return s.(storekit.Granter).TakeUpTo(ctx, req)
 	case opLease:
-		return s.(ratelimit.Leaser).Lease(ctx, req, st.hold)
+		return s.(storekit.Leaser).Lease(ctx, req, st.hold)
 	case opReserve:
-		return s.(ratelimit.Reserver).Reserve(ctx, req, st.maxDelay)
+		return s.(storekit.Reserver).Reserve(ctx, req, st.maxDelay)
 	case opRefund:
-		return ratelimit.Decision{}, s.(ratelimit.Refunder).Refund(ctx, receipts[st.ref])
+		return ratelimit.Decision{}, s.(storekit.Refunder).Refund(ctx, receipts[st.ref])
 	case opReset:
-		return ratelimit.Decision{}, s.(ratelimit.Resetter).Reset(ctx, p, st.keys...)
+		return ratelimit.Decision{}, s.(storekit.Resetter).Reset(ctx, p, st.keys...)
 	case opSettle:
-		return ratelimit.Decision{}, s.(ratelimit.Settler).Settle(ctx, receipts[st.ref], st.cost)
+		return ratelimit.Decision{}, s.(storekit.Settler).Settle(ctx, receipts[st.ref], st.cost)
 	case opRelease:
-		return ratelimit.Decision{}, s.(ratelimit.Releaser).Release(ctx, receipts[st.ref])
+		return ratelimit.Decision{}, s.(storekit.Releaser).Release(ctx, receipts[st.ref])
 	case opRenew:
-		r, err := s.(ratelimit.Releaser).Renew(ctx, receipts[st.ref])
+		r, err := s.(storekit.Releaser).Renew(ctx, receipts[st.ref])
 		return ratelimit.Decision{Receipt: r}, err
 	}
 	return s.Take(ctx, req)
@@ -165,8 +165,8 @@ func receiptView(r ratelimit.Receipt) any {
 	if r.IsZero() {
 		return nil
 	}
-	c := storekit.ChargeOf(r)
-	stride := 2 + c.Policy.NumLimits()
+	c := r
+	stride := 2 + len(c.Policy.Limits())
 	var marks []int64
 	for i, m := range c.Marks {
 		if i%stride != 1 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
@@ -129,11 +130,11 @@ func Guarantees(t *testing.T, h Harness) {
 					var err error
 					switch s.op {
 					case opUpTo:
-						d, err = mem.(ratelimit.Granter).TakeUpTo(ctx, req)
+						d, err = mem.(storekit.Granter).TakeUpTo(ctx, req)
 					case opLease:
-						d, err = mem.(ratelimit.Leaser).Lease(ctx, req, s.hold)
+						d, err = mem.(storekit.Leaser).Lease(ctx, req, s.hold)
 					case opReserve:
-						d, err = mem.(ratelimit.Reserver).Reserve(ctx, req, s.maxDelay)
+						d, err = mem.(storekit.Reserver).Reserve(ctx, req, s.maxDelay)
 					default:
 						d, err = mem.Take(ctx, req)
 					}
@@ -163,11 +164,11 @@ func Guarantees(t *testing.T, h Harness) {
 						// are not. A lease counts from the time its key
 						// recorded it at (its receipt's), and is spent at any
 						// time within its hold.
-						c := storekit.ChargeOf(d.Receipt)
+						c := d.Receipt
 						for ki, k := range c.Keys {
 							ev := event{at: at + d.Delay.Microseconds(), cost: d.Granted, seq: seq}
 							if s.op == opLease && s.hold > 0 {
-								ev.at, ev.lease = c.Marks[ki*(2+p.NumLimits())]-t0.UnixMicro(), true
+								ev.at, ev.lease = c.Marks[ki*(2+len(p.Limits()))]-t0.UnixMicro(), true
 								ev.spent = at + rng.Int64N(s.hold.Microseconds()+1)
 								if rng.IntN(3) == 0 {
 									ev.spent = []int64{at, at + s.hold.Microseconds()}[rng.IntN(2)]
@@ -203,7 +204,7 @@ func Guarantees(t *testing.T, h Harness) {
 					}
 					if s.op == opRefund {
 						clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
-						if err := mem.(ratelimit.Refunder).Refund(ctx, receipts[s.ref]); err != nil {
+						if err := mem.(storekit.Refunder).Refund(ctx, receipts[s.ref]); err != nil {
 							t.Fatal(err)
 						}
 						refills.epoch++ // room given back: earlier claims say nothing of what follows
@@ -220,7 +221,7 @@ func Guarantees(t *testing.T, h Harness) {
 						// Below the charge, its events count what was settled
 						// (a store may give back less: see refunds); above
 						// it, each key charged owes the rest now.
-						c := storekit.ChargeOf(receipts[s.ref])
+						c := receipts[s.ref]
 						if mixed && hasLog(p) && s.cost > c.Cost {
 							// A log keeps at most its ring of debt: a policy of
 							// the same ID with a larger rate sees no more than
@@ -228,7 +229,7 @@ func Guarantees(t *testing.T, h Harness) {
 							s.cost = c.Cost
 						}
 						clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
-						if err := mem.(ratelimit.Settler).Settle(ctx, receipts[s.ref], s.cost); err != nil {
+						if err := mem.(storekit.Settler).Settle(ctx, receipts[s.ref], s.cost); err != nil {
 							t.Fatal(err)
 						}
 						if c.Cost > s.cost {
@@ -249,7 +250,7 @@ func Guarantees(t *testing.T, h Harness) {
 					d := take(at, s)
 					receipts[i] = d.Receipt
 					if d.Allowed && !d.Repeated {
-						for _, k := range storekit.ChargeOf(d.Receipt).Keys {
+						for _, k := range d.Receipt.Keys {
 							events[i] = append(events[i], mark{k, len(admitted[k]) - 1})
 						}
 					}
@@ -299,7 +300,7 @@ func Guarantees(t *testing.T, h Harness) {
 						continue // keys its ID's records answered were not asked: RetryAfter speaks for the others
 					}
 
-					if s.op == opReserve && p.Reserves() && r <= s.maxDelay.Microseconds() && !queueFull(admitted, s.keys, at) {
+					if s.op == opReserve && plan.Layout(p).Reserves && r <= s.maxDelay.Microseconds() && !queueFull(admitted, s.keys, at) {
 						t.Fatalf("trace %d step %d (%s): not reserved though it fits in %s, within the maximum %s", n, i, p, d.RetryAfter, s.maxDelay)
 					}
 					plain := step{keys: s.keys, cost: s.cost, rerated: s.rerated}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 // clocked is a store under test on the scenario's clock.
@@ -44,11 +45,11 @@ func runReserveSteps(t *testing.T, cs clocked, p *ratelimit.Policy, steps []rese
 		var err error
 		switch s.op {
 		case opUpTo:
-			d, err = cs.s.(ratelimit.Granter).TakeUpTo(ctx, req)
+			d, err = cs.s.(storekit.Granter).TakeUpTo(ctx, req)
 		case opReserve:
-			d, err = cs.s.(ratelimit.Reserver).Reserve(ctx, req, time.Hour)
+			d, err = cs.s.(storekit.Reserver).Reserve(ctx, req, time.Hour)
 		case opRefund:
-			if err := cs.s.(ratelimit.Refunder).Refund(ctx, receipts[s.ref]); err != nil {
+			if err := cs.s.(storekit.Refunder).Refund(ctx, receipts[s.ref]); err != nil {
 				t.Fatalf("step %d: refund: %v", i, err)
 			}
 			continue
@@ -205,7 +206,7 @@ func blockEveryWay(t *testing.T, h Harness) {
 				var d ratelimit.Decision
 				var err error
 				if s.upTo {
-					d, err = cs.s.(ratelimit.Granter).TakeUpTo(ctx, req)
+					d, err = cs.s.(storekit.Granter).TakeUpTo(ctx, req)
 				} else {
 					d, err = cs.s.Take(ctx, req)
 				}
@@ -224,7 +225,7 @@ func blockEveryWay(t *testing.T, h Harness) {
 			g := "g:" + t.Name()
 			cs.set(t0.Add(2 * time.Hour))
 			mustTake(t, cs.s, p, 2, g)
-			d, err := cs.s.(ratelimit.Granter).TakeUpTo(ctx, ratelimit.Request{Policy: p, Keys: []string{g}, Cost: 3})
+			d, err := cs.s.(storekit.Granter).TakeUpTo(ctx, ratelimit.Request{Policy: p, Keys: []string{g}, Cost: 3})
 			if err != nil || d.Allowed || d.Granted != 0 {
 				t.Fatalf("grant on a full key: %+v, %v", d, err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testkit/testmode"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 // scenario is one named check of a store.
@@ -201,7 +202,7 @@ func refundAfterReset(t *testing.T, h Harness) {
 					t.Fatalf("first charge %+v", old)
 				}
 				advance()
-				if err := s.(ratelimit.Resetter).Reset(ctx, p, key); err != nil {
+				if err := s.(storekit.Resetter).Reset(ctx, p, key); err != nil {
 					t.Fatal(err)
 				}
 				for i := 0; i < 2; i++ {
@@ -211,7 +212,7 @@ func refundAfterReset(t *testing.T, h Harness) {
 					}
 				}
 				advance()
-				if err := s.(ratelimit.Refunder).Refund(ctx, old.Receipt); err != nil {
+				if err := s.(storekit.Refunder).Refund(ctx, old.Receipt); err != nil {
 					t.Fatal(err)
 				}
 				advance()
@@ -219,13 +220,13 @@ func refundAfterReset(t *testing.T, h Harness) {
 					t.Fatal("a refund of a charge made before the Reset admitted a third request in the hour")
 				}
 				// A refund of a charge made after the Reset still gives back.
-				if err := s.(ratelimit.Resetter).Reset(ctx, p, key); err != nil {
+				if err := s.(storekit.Resetter).Reset(ctx, p, key); err != nil {
 					t.Fatal(err)
 				}
 				advance()
 				a := mustTake(t, s, p, 1, key)
 				mustTake(t, s, p, 1, key)
-				if err := s.(ratelimit.Refunder).Refund(ctx, a.Receipt); err != nil {
+				if err := s.(storekit.Refunder).Refund(ctx, a.Receipt); err != nil {
 					t.Fatal(err)
 				}
 				advance()
@@ -263,7 +264,7 @@ func refundHeavy(t *testing.T, h Harness) {
 					clk.Set(t0.Add(time.Duration(at) * time.Microsecond))
 					if rng.IntN(3) == 0 && len(live) > 0 {
 						j := rng.IntN(len(live))
-						if err := s.(ratelimit.Refunder).Refund(ctx, live[j].r); err != nil {
+						if err := s.(storekit.Refunder).Refund(ctx, live[j].r); err != nil {
 							t.Fatal(err)
 						}
 						ev[live[j].ev].cost = 0
@@ -306,7 +307,7 @@ func refundRaces(t *testing.T, h Harness) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			s, clk := h.start(t)
-			rf := s.(ratelimit.Refunder)
+			rf := s.(storekit.Refunder)
 			p := ratelimit.MustParsePolicy(policies[alg], ratelimit.WithAlgorithm(alg), ratelimit.Named("race"))
 			ctx := context.Background()
 			var mu sync.Mutex
@@ -455,15 +456,15 @@ func expiryKeepsGuarantees(t *testing.T, h Harness) {
 	rng := rand.New(rand.NewPCG(5, 8))
 	for _, p := range policies {
 		t.Run(p.Name(), func(t *testing.T) {
-			if p.TTL().Milliseconds()%4 == 0 {
-				t.Fatalf("TTL %s is a multiple of 4ms: not the case under test", p.TTL())
+			if ttlOf(p).Milliseconds()%4 == 0 {
+				t.Fatalf("TTL %s is a multiple of 4ms: not the case under test", ttlOf(p))
 			}
 			s, clk := h.start(t)
 			now := t0
 			var admitted []event
 			total := 0
 			for i := 0; i < 40*h.traces(t); i++ {
-				now = now.Add(time.Duration(rng.Int64N(p.TTL().Microseconds()/2+1)) * time.Microsecond)
+				now = now.Add(time.Duration(rng.Int64N(ttlOf(p).Microseconds()/2+1)) * time.Microsecond)
 				clk.Set(now)
 				d, err := s.Take(ctx, ratelimit.Request{Policy: p, Keys: []string{"k"}, Cost: 1})
 				if err != nil {
@@ -472,7 +473,7 @@ func expiryKeepsGuarantees(t *testing.T, h Harness) {
 				if d.Allowed {
 					admitted = append(admitted, event{at: now.Sub(t0).Microseconds(), cost: 1})
 					// Windows older than a few TTLs are checked already.
-					for len(admitted) > 0 && admitted[0].at < admitted[len(admitted)-1].at-4*p.TTL().Microseconds() {
+					for len(admitted) > 0 && admitted[0].at < admitted[len(admitted)-1].at-4*ttlOf(p).Microseconds() {
 						admitted = admitted[1:]
 					}
 					checkAdmissions(t, p, admitted, 0, i)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 // Slots replays random traces of requests under policies with a
@@ -29,7 +30,7 @@ func Slots(t *testing.T, h Harness) {
 	ctx := context.Background()
 	var clk clock
 	if !capsOf(h.store(t, &clk)).slots {
-		t.Log("not run: the store does not release slots (ratelimit.Releaser)")
+		t.Log("not run: the store does not release slots (storekit.Releaser)")
 		return
 	}
 	for _, alg := range algorithms {
@@ -114,9 +115,9 @@ func Slots(t *testing.T, h Harness) {
 							// leaves the slots held.
 							var err error
 							if rng.IntN(2) == 0 && caps.refund {
-								err = s.(ratelimit.Refunder).Refund(ctx, x.r)
+								err = s.(storekit.Refunder).Refund(ctx, x.r)
 							} else if caps.settle {
-								err = s.(ratelimit.Settler).Settle(ctx, x.r, settleCost(rng))
+								err = s.(storekit.Settler).Settle(ctx, x.r, settleCost(rng))
 							}
 							if err != nil {
 								t.Fatal(err)
@@ -125,14 +126,14 @@ func Slots(t *testing.T, h Harness) {
 							continue
 						}
 						if r < 2 {
-							if err := s.(ratelimit.Releaser).Release(ctx, x.r); err != nil {
+							if err := s.(storekit.Releaser).Release(ctx, x.r); err != nil {
 								t.Fatal(err)
 							}
 							x.done = true
 							nReleased++
 							continue
 						}
-						nr, err := s.(ratelimit.Releaser).Renew(ctx, x.r)
+						nr, err := s.(storekit.Releaser).Renew(ctx, x.r)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -150,7 +151,7 @@ func Slots(t *testing.T, h Harness) {
 					var d ratelimit.Decision
 					var err error
 					if req.Cost > 0 && rng.IntN(4) == 0 {
-						d, err = s.(ratelimit.Granter).TakeUpTo(ctx, req)
+						d, err = s.(storekit.Granter).TakeUpTo(ctx, req)
 					} else {
 						d, err = s.Take(ctx, req)
 					}

@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testkit/testmode"
 	"github.com/ratelimitkit/ratelimit/store/memory"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 // Harness describes the store under test.
@@ -106,13 +107,13 @@ type capabilities struct {
 }
 
 func capsOf(s ratelimit.Store) capabilities {
-	_, reserve := s.(ratelimit.Reserver)
-	_, upTo := s.(ratelimit.Granter)
-	_, refund := s.(ratelimit.Refunder)
-	_, reset := s.(ratelimit.Resetter)
-	_, settle := s.(ratelimit.Settler)
-	_, slots := s.(ratelimit.Releaser)
-	_, lease := s.(ratelimit.Leaser)
+	_, reserve := s.(storekit.Reserver)
+	_, upTo := s.(storekit.Granter)
+	_, refund := s.(storekit.Refunder)
+	_, reset := s.(storekit.Resetter)
+	_, settle := s.(storekit.Settler)
+	_, slots := s.(storekit.Releaser)
+	_, lease := s.(storekit.Leaser)
 	return capabilities{reserve, upTo, refund, reset, settle, slots, lease}
 }
 

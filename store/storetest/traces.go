@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
-	"github.com/ratelimitkit/ratelimit/store/storekit"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 )
 
 // algorithms are the algorithms every check runs.
@@ -233,7 +232,7 @@ type event struct {
 	at, cost int64
 	seq      int
 	debt     bool
-	// spent, for a lease (ratelimit.Leaser), is when its caller spends
+	// spent, for a lease (storekit.Leaser), is when its caller spends
 	// it: any time from its grant to at, the time the store records it
 	// at. The guarantee holds for spending; the store decides by at.
 	spent int64
@@ -310,21 +309,21 @@ func lineTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 }
 
 // leasable reports whether p's counters can record a lease ahead
-// (ratelimit.Leaser): they keep places in line (a policy that reserves,
+// (storekit.Leaser): they keep places in line (a policy that reserves,
 // or a leased policy's counters) and count no requests in flight.
 func leasable(p *ratelimit.Policy) bool {
-	return bridge.Layout(p).Pending && !slotted(p)
+	return plan.Layout(p).Pending && !slotted(p)
 }
 
-// leaseCounters returns the counters a Limiter leases p's quota under
-// (storekit.LeaseCounters: sub-buckets included), or nil when p cannot
-// be leased.
+// leaseCounters returns p leased (ratelimit.WithLease), whose counters
+// keep its leases ahead of now, a fixed window or an approximation's as a
+// sliding window's (sub-buckets included); nil when p cannot be leased.
 func leaseCounters(p *ratelimit.Policy) *ratelimit.Policy {
 	q, err := p.With(ratelimit.WithLease(1, time.Millisecond))
 	if err != nil {
 		return nil
 	}
-	return storekit.LeaseCounters(q)
+	return q
 }
 
 // randomHold draws a lease's hold: none, a microsecond, a sub-bucket or
@@ -347,8 +346,13 @@ func randomHold(rng *rand.Rand, p *ratelimit.Policy) time.Duration {
 // spans returns each limit's period and width (a sub-bucket, the emission
 // interval, or the period) in µs: the steps traces move the clock by.
 func spans(p *ratelimit.Policy) (periodUS, widthUS []int64) {
-	for _, l := range bridge.Layout(p).Limits {
+	for _, l := range plan.Layout(p).Limits {
 		periodUS, widthUS = append(periodUS, l.Period), append(widthUS, l.Width)
 	}
 	return periodUS, widthUS
+}
+
+// ttlOf is how long a store keeps p's counters after their last write.
+func ttlOf(p *ratelimit.Policy) time.Duration {
+	return time.Duration(plan.Layout(p).TTLMS) * time.Millisecond
 }

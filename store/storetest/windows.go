@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 )
 
 // The brute-force checks Guarantees runs over the events a trace admitted:
@@ -34,7 +34,7 @@ func upper(p, q *ratelimit.Policy) *ratelimit.Policy {
 func combined(p, q *ratelimit.Policy, pick func(a, b int64) int64) *ratelimit.Policy {
 	limits := p.Limits()
 	for i := range limits {
-		l, m := &limits[i], q.Limit(i)
+		l, m := &limits[i], q.Limits()[i]
 		if p.Algorithm() == ratelimit.TokenBucket {
 			l.Burst = pick(l.Burst, m.Burst)
 		}
@@ -80,7 +80,7 @@ func queueFull(admitted map[string][]event, keys []string, at int64) bool {
 
 // deniedByAKey reports whether some key of keys had no room for cost at
 // time at, by the events admitted on it (see checkDenial). With lp, the
-// counters may hold leases (ratelimit.Leaser): the stores' rule for
+// counters may hold leases (storekit.Leaser): the stores' rule for
 // leases ahead under lp, the request's own policy (leaseJustified),
 // justifies it too; hold is the request's, a lease's.
 func deniedByAKey(p *ratelimit.Policy, admitted map[string][]event, keys []string, at, cost int64, lp *ratelimit.Policy, hold int64) bool {
@@ -94,7 +94,7 @@ func deniedByAKey(p *ratelimit.Policy, admitted map[string][]event, keys []strin
 
 // leaseJustified reports whether some limit had no room for cost at time
 // at by the stores' rule for counters that hold leases recorded ahead
-// (ratelimit.Leaser), which is conservative where they lie ahead: a
+// (storekit.Leaser), which is conservative where they lie ahead: a
 // window counts every unit recorded after at − Period, ahead of at too (a
 // sub-bucket's up to its latest admission + Period), and a token bucket
 // charges the units in order of the time they are recorded at, the
@@ -102,7 +102,7 @@ func deniedByAKey(p *ratelimit.Policy, admitted map[string][]event, keys []strin
 func leaseJustified(p *ratelimit.Policy, ev []event, at, cost, hold int64) bool {
 	periodUS, widthUS := spans(p)
 	for li := range periodUS {
-		l, lay := p.Limit(li), bridge.Layout(p).Limits[li]
+		l, lay := p.Limits()[li], plan.Layout(p).Limits[li]
 		switch lay.Kind {
 		case layout.Log:
 			if sumIn(ev, at-periodUS[li]+1, math.MaxInt64)+cost > l.Rate {
@@ -140,7 +140,7 @@ func windowMax(ev []event, period int64) int64 {
 
 // hasLog reports whether p counts a limit in a log.
 func hasLog(p *ratelimit.Policy) bool {
-	for _, l := range bridge.Layout(p).Limits {
+	for _, l := range plan.Layout(p).Limits {
 		if l.Kind == layout.Log {
 			return true
 		}
@@ -185,7 +185,7 @@ func checkAdmissions(t *testing.T, p *ratelimit.Policy, ev []event, n, i int) (o
 	t.Helper()
 	periodUS, widthUS := spans(p)
 	for li := range periodUS {
-		l := p.Limit(li)
+		l := p.Limits()[li]
 		switch p.Algorithm() {
 		case ratelimit.SlidingWindow, ratelimit.SlidingLog:
 			if m := windowMax(ev, periodUS[li]); m > l.Rate {
@@ -245,7 +245,7 @@ func justified(p *ratelimit.Policy, ev []event, at, cost int64) bool {
 	periodUS, widthUS := spans(p)
 	// Reservations are served in order: while one is pending (an event
 	// ahead of at), a request that does not wait is denied.
-	if p.Reserves() {
+	if plan.Layout(p).Reserves {
 		for _, e := range ev {
 			if e.at > at && e.cost > 0 {
 				return true
@@ -274,14 +274,14 @@ func justified(p *ratelimit.Policy, ev []event, at, cost int64) bool {
 		return false
 	}
 	for li := range periodUS {
-		l := p.Limit(li)
+		l := p.Limits()[li]
 		switch p.Algorithm() {
 		case ratelimit.SlidingLog:
 			if exactExceeds(periodUS[li], l.Rate) {
 				return true
 			}
 		case ratelimit.SlidingWindow:
-			if bridge.Layout(p).Limits[li].Kind == layout.Log {
+			if plan.Layout(p).Limits[li].Kind == layout.Log {
 				if exactExceeds(periodUS[li], l.Rate) {
 					return true
 				}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/internal/bridge"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
@@ -109,20 +109,20 @@ func Finish(d *ratelimit.Decision, allowed bool, p *ratelimit.Policy) {
 	d.RetryAfter = 0
 	if !allowed {
 		d.RetryAfter = l.RetryAfter
-		d.InFlight = !l.Allowed && bridge.Layout(p).Limits[best].Kind == layout.Concurrent
+		d.InFlight = !l.Allowed && plan.Layout(p).Limits[best].Kind == layout.Concurrent
 	}
 }
 
 // Call is what a request asks of a store besides its keys.
 type Call struct {
 	Cost     int64 // 0 peeks
-	UpTo     bool  // grant the largest cost ≤ Cost that fits (ratelimit.Granter)
-	MaxDelay int64 // µs; > 0 reserves a place in line up to that far (ratelimit.Reserver)
+	UpTo     bool  // grant the largest cost ≤ Cost that fits (storekit.Granter)
+	MaxDelay int64 // µs; > 0 reserves a place in line up to that far (storekit.Reserver)
 	// Force charges Cost now whatever room the limits have, and reports
-	// nothing: a settle's debt (ratelimit.Settler). A penalty neither
+	// nothing: a settle's debt (storekit.Settler). A penalty neither
 	// stops it nor starts.
 	Force bool
-	// Hold, µs, > 0 with UpTo: a lease (ratelimit.Leaser). What is granted
+	// Hold, µs, > 0 with UpTo: a lease (storekit.Leaser). What is granted
 	// is checked now, against everything recorded (leases still ahead
 	// included), and recorded as spent at now + Hold, a place in line
 	// that is never waited for.
@@ -142,7 +142,7 @@ func Validate(req ratelimit.Request, o Call) error {
 		return fmt.Errorf("ratelimit/store: %w: a lease's hold of %dµs, want 0 to %s", ratelimit.ErrInvalidRequest, o.Hold, ratelimit.MaxSpan)
 	}
 	if o.Hold > 0 {
-		lay := bridge.Layout(req.Policy)
+		lay := plan.Layout(req.Policy)
 		if !lay.Pending {
 			return fmt.Errorf("ratelimit/store: %w: policy %q cannot be leased: its counters keep no places in line (a Limiter leases a policy built WithLease under counters of their own: storekit.LeaseCounters)", ratelimit.ErrInvalidRequest, req.Policy.Name())
 		}
@@ -169,7 +169,7 @@ func ReserveUS(d time.Duration) int64 {
 	return min(max(d, 0), ratelimit.MaxSpan).Microseconds()
 }
 
-// HoldUS converts a lease's hold to µs (ratelimit.Leaser): a negative one
+// HoldUS converts a lease's hold to µs (storekit.Leaser): a negative one
 // stays negative, for Validate to refuse; one past ratelimit.MaxSpan, one
 // µs past it.
 func HoldUS(d time.Duration) int64 {
@@ -182,32 +182,30 @@ func HoldUS(d time.Duration) int64 {
 	return (d + time.Microsecond - 1).Microseconds()
 }
 
-// Charge returns what a refund of r needs from a receipt of this module's
-// stores, or an error wrapping ratelimit.ErrInvalidRequest when r was not
-// made by their rules: per key, the time of the charge, the key's refund
-// count then and one mark per limit. The zero Receipt gives a nil Policy
-// and no error.
-func Charge(r ratelimit.Receipt) (storekit.Charge, error) {
-	c := storekit.ChargeOf(r)
-	if c.Policy == nil {
-		return c, nil
+// Charge checks r, a receipt of this module's stores, for a refund:
+// an error wrapping ratelimit.ErrInvalidRequest when r was not made by
+// their rules (per key, the time of the charge, the key's refund count
+// then and one mark per limit). The zero Receipt has no error.
+func Charge(r ratelimit.Receipt) (ratelimit.Receipt, error) {
+	if r.IsZero() {
+		return r, nil
 	}
-	if err := storekit.Validate(ratelimit.Request{Policy: c.Policy, Keys: c.Keys}); err != nil {
-		return storekit.Charge{}, err
+	if err := storekit.Validate(ratelimit.Request{Policy: r.Policy, Keys: r.Keys}); err != nil {
+		return ratelimit.Receipt{}, err
 	}
-	if len(c.Marks) != len(c.Keys)*MarksPerKey(c.Policy) || c.Cost < 0 {
-		return storekit.Charge{}, fmt.Errorf("ratelimit/store: %w: receipt with %d marks for %d keys and %d limits", ratelimit.ErrInvalidRequest, len(c.Marks), len(c.Keys), c.Policy.NumLimits())
+	if len(r.Marks) != len(r.Keys)*MarksPerKey(r.Policy) || r.Cost < 0 {
+		return ratelimit.Receipt{}, fmt.Errorf("ratelimit/store: %w: receipt with %d marks for %d keys and %d limits", ratelimit.ErrInvalidRequest, len(r.Marks), len(r.Keys), len(plan.Layout(r.Policy).Limits))
 	}
-	return c, nil
+	return r, nil
 }
 
 // MarksPerKey is how many marks a receipt keeps per key under p: the time
 // of the charge, the key's refund count then, and one per limit (a token
 // bucket's TAT right after the charge, else 0).
-func MarksPerKey(p *ratelimit.Policy) int { return 2 + p.NumLimits() }
+func MarksPerKey(p *ratelimit.Policy) int { return 2 + len(plan.Layout(p).Limits) }
 
 // Settlement splits the settle of the charge r to actual units
-// (ratelimit.Settler) into what a store runs: a refund of part of the
+// (storekit.Settler) into what a store runs: a refund of part of the
 // charge (a receipt of cost − actual), or a debt (a forced take of actual
 // − cost on the keys charged, Call.Force); neither when actual is the cost
 // or r charged nothing. actual must be 0 to ratelimit.MaxSettle, else the
@@ -222,7 +220,7 @@ func Settlement(r ratelimit.Receipt, actual int64) (refund ratelimit.Receipt, de
 	}
 	switch {
 	case actual < c.Cost:
-		refund = storekit.NewReceipt(c.Policy, c.Keys, c.Cost-actual, c.Marks)
+		refund = ratelimit.Receipt{Policy: c.Policy, Keys: c.Keys, Cost: c.Cost - actual, Marks: c.Marks}
 	case actual > c.Cost:
 		debt = ratelimit.Request{Policy: c.Policy, Keys: c.Keys, Cost: actual - c.Cost}
 	}

@@ -8,7 +8,62 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/breaker"
 )
+
+// What a Limiter does when its store fails: the failure mode, the
+// timeout and circuit breaker that bound what a failing store costs a
+// request, and the log that tells an operator the story of an outage.
+
+// FailureMode says what a Limiter does when it cannot get a decision: the
+// store (and the fallback store, if any) failed or did not answer within
+// the timeout. Set it with WithFailureMode.
+type FailureMode uint8
+
+const (
+	// FailOpen lets the request through, without rate-limit headers: an
+	// outage of the store does not become an outage of the service, but
+	// leaves the routes unlimited while it lasts. The error goes to the
+	// error hook and the outage to the log (see WithLogger). Only
+	// WithFailureMode(FailOpen) chooses it.
+	FailOpen FailureMode = iota
+	// FailClosed answers 503 Service Unavailable with "Retry-After: 1",
+	// "Cache-Control: no-store" and a problem document of the type
+	// UnavailableProblemType that reveals nothing of the error. A request
+	// of cost 0 is served all the same. Allow and AllowN report the
+	// request denied, with a RetryAfter of one second. It is the default
+	// when no fallback store can decide (see WithFailureMode).
+	FailClosed
+)
+
+// String returns "fail-open" or "fail-closed".
+func (m FailureMode) String() string { return enumName(failureModeNames, uint8(m), "failure-mode") }
+
+var failureModeNames = []string{"fail-open", "fail-closed"}
+
+// Defaults of WithTimeout and WithCircuitBreaker.
+const (
+	// DefaultTimeout is how long a Limiter waits for its store on each
+	// call unless WithTimeout says otherwise. A healthy Redis on the same
+	// network answers in well under a millisecond, so 100ms trips only
+	// when the store is in real trouble, while it caps what an outage
+	// adds to the latency of every request. Raise it for a store that is
+	// far away.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultCircuitFailures is how many failures in a row open the
+	// store's circuit.
+	DefaultCircuitFailures = 5
+	// DefaultCircuitCooldown is how long an open circuit skips the store
+	// before a probe.
+	DefaultCircuitCooldown = time.Second
+)
+
+// failClosedRetryAfter is the Retry-After of the 503 answered by
+// FailClosed, and the RetryAfter of its Decision: store outages are
+// usually short, and the limiter gives up on a store within its timeout,
+// so a client may try again soon.
+const failClosedRetryAfter = time.Second
 
 // The outage log: what an operator reads of the store's failures. The
 // error hook and the observers get every error; the log tells the story of
@@ -51,10 +106,17 @@ const (
 const noStreak = math.MinInt64
 
 // outageLog is the state of a Limiter's outage log. Times are nanoseconds
-// since the Limiter's epoch (sinceEpoch). The hot path reads one atomic
-// (active) when the store answers; counting is atomic; the lock is taken
-// only to begin, summarize or end an outage.
+// since the Limiter's epoch (decider.sinceEpoch). The hot path reads one
+// atomic (active) when the store answers; counting is atomic; the lock is
+// taken only to begin, summarize or end an outage.
 type outageLog struct {
+	// What the log tells, set by New: where it writes, and what the
+	// Limiter does while the store fails.
+	logger   *slog.Logger
+	mode     FailureMode
+	fallback bool
+	breaker  *breaker.Breaker
+
 	active   atomic.Bool
 	okSince  atomic.Int64 // when the store's current run of answers began; noStreak
 	lastLine atomic.Int64 // when the latest line of the outage was written
@@ -94,7 +156,8 @@ func (c outageCounts) minus(o outageCounts) outageCounts {
 		c.fallback - o.fallback, c.unlimited - o.unlimited, c.refused - o.refused}
 }
 
-// restart forgets any outage in progress: for a new clock (setClock).
+// restart forgets any outage in progress: for a new clock
+// (decider.setClock).
 func (o *outageLog) restart() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -105,9 +168,9 @@ func (o *outageLog) restart() {
 }
 
 // decided counts a decision the store did not make.
-func (o *outageLog) decided(outcome Outcome, fallback bool) {
+func (o *outageLog) decided(by decidedBy, outcome Outcome) {
 	switch {
-	case fallback:
+	case by == byFallback:
 		o.n.fallback.Add(1)
 	case outcome == FailedOpen:
 		o.n.unlimited.Add(1)
@@ -116,10 +179,9 @@ func (o *outageLog) decided(outcome Outcome, fallback bool) {
 	}
 }
 
-// storeFailed counts a failure of the store (which: "store" or "fallback
-// store"), beginning an outage or writing its summary when one is due.
-func (l *Limiter) storeFailed(ctx context.Context, which string, p *Policy, err error) {
-	o := &l.outage
+// storeFailed counts a failure at now of the store by names (byStore or
+// byFallback), beginning an outage or writing its summary when one is due.
+func (o *outageLog) storeFailed(ctx context.Context, now int64, by decidedBy, p *Policy, err error) {
 	if o.okSince.Load() != noStreak {
 		o.okSince.Store(noStreak)
 	}
@@ -127,9 +189,8 @@ func (l *Limiter) storeFailed(ctx context.Context, which string, p *Policy, err 
 	if !skipped {
 		o.lastErr.Store(&err)
 	}
-	now := l.sinceEpoch()
 	if !o.active.Load() {
-		l.beginOutage(ctx, now, which, p, err)
+		o.begin(ctx, now, by, p, err)
 	}
 	if skipped {
 		o.n.skipped.Add(1)
@@ -137,14 +198,13 @@ func (l *Limiter) storeFailed(ctx context.Context, which string, p *Policy, err 
 		o.n.failed.Add(1)
 	}
 	if now-o.lastLine.Load() >= int64(outageSummaryEvery) {
-		l.summarizeOutage(ctx, now)
+		o.summarize(ctx, now)
 	}
 }
 
-// beginOutage writes the line that says the store is failing, unless
-// another request just did.
-func (l *Limiter) beginOutage(ctx context.Context, now int64, which string, p *Policy, err error) {
-	o := &l.outage
+// begin writes the line that says the store is failing, unless another
+// request just did.
+func (o *outageLog) begin(ctx context.Context, now int64, by decidedBy, p *Policy, err error) {
 	o.mu.Lock()
 	if o.active.Load() {
 		o.mu.Unlock()
@@ -156,27 +216,26 @@ func (l *Limiter) beginOutage(ctx context.Context, now int64, which string, p *P
 	o.lastLine.Store(now)
 	o.active.Store(true)
 	o.mu.Unlock()
-	l.logger.LogAttrs(ctx, slog.LevelError, "ratelimit: store failing; "+l.outageAction()+" until it answers again",
-		slog.String("store", which), slog.String("policy", policyName(p)),
-		slog.String("failure_mode", l.mode.String()), slog.Bool("fallback", l.fallback != nil),
+	o.logger.LogAttrs(ctx, slog.LevelError, "ratelimit: store failing; "+o.action()+" until it answers again",
+		slog.String("store", by.String()), slog.String("policy", policyName(p)),
+		slog.String("failure_mode", o.mode.String()), slog.Bool("fallback", o.fallback),
 		slog.Any("error", err))
 }
 
-// outageAction says what the Limiter does while its store fails.
-func (l *Limiter) outageAction() string {
+// action says what the Limiter does while its store fails.
+func (o *outageLog) action() string {
 	switch {
-	case l.fallback != nil:
+	case o.fallback:
 		return "deciding per process with the fallback store"
-	case l.mode == FailClosed:
+	case o.mode == FailClosed:
 		return "refusing every request with 503 (FailClosed)"
 	}
 	return "admitting every request unlimited (FailOpen)"
 }
 
-// summarizeOutage writes the summary of the outage since its latest line,
+// summarize writes the summary of the outage since its latest line,
 // unless another request just did.
-func (l *Limiter) summarizeOutage(ctx context.Context, now int64) {
-	o := &l.outage
+func (o *outageLog) summarize(ctx context.Context, now int64) {
 	o.mu.Lock()
 	last := o.lastLine.Load()
 	if !o.active.Load() || now-last < int64(outageSummaryEvery) {
@@ -191,22 +250,21 @@ func (l *Limiter) summarizeOutage(ctx context.Context, now int64) {
 	o.mu.Unlock()
 	attrs := []slog.Attr{slog.Duration("outage", roundLog(length)), slog.Duration("since_last_line", roundLog(now-last))}
 	attrs = append(attrs, c.attrs(true)...)
-	attrs = append(attrs, slog.Bool("circuit_open", l.breaker.Open()))
+	attrs = append(attrs, slog.Bool("circuit_open", o.breaker.Open()))
 	if e := o.lastErr.Load(); e != nil {
 		attrs = append(attrs, slog.Any("error", *e))
 	}
-	l.logger.LogAttrs(ctx, slog.LevelWarn, "ratelimit: store still failing", attrs...)
+	o.logger.LogAttrs(ctx, slog.LevelWarn, "ratelimit: store still failing", attrs...)
 }
 
-// storeAnswered notes that the store answered, and ends the outage (with
-// its line) once the store has answered for outageSettle without failing.
-func (l *Limiter) storeAnswered(ctx context.Context) {
-	o := &l.outage
+// storeAnswered notes that the store answered at now, and ends the outage
+// (with its line) once the store has answered for outageSettle without
+// failing.
+func (o *outageLog) storeAnswered(ctx context.Context, now int64) {
 	if !o.active.Load() {
 		return
 	}
 	o.n.answered.Add(1)
-	now := l.sinceEpoch()
 	since := o.okSince.Load()
 	if since == noStreak {
 		o.okSince.CompareAndSwap(noStreak, now)
@@ -225,7 +283,7 @@ func (l *Limiter) storeAnswered(ctx context.Context) {
 	length := max(since-o.start, 0)
 	o.mu.Unlock()
 	attrs := append([]slog.Attr{slog.Duration("outage", roundLog(length))}, c.attrs(false)...)
-	l.logger.LogAttrs(ctx, slog.LevelInfo, "ratelimit: store answers again", attrs...)
+	o.logger.LogAttrs(ctx, slog.LevelInfo, "ratelimit: store answers again", attrs...)
 }
 
 // attrs returns the counts as log attributes, the store's answers only
@@ -241,17 +299,16 @@ func (c outageCounts) attrs(answered bool) []slog.Attr {
 // roundLog rounds a length of time for the log: to the millisecond.
 func roundLog(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
 
-// mistake logs a caller's mistake at level Error, at most once every
-// mistakeLogEvery, with the number left unlogged since the previous one.
-func (l *Limiter) mistake(ctx context.Context, p *Policy, err error) {
-	o := &l.outage
-	now := l.sinceEpoch()
+// mistake logs a caller's mistake at now at level Error, at most once
+// every mistakeLogEvery, with the number left unlogged since the previous
+// one.
+func (o *outageLog) mistake(ctx context.Context, now int64, p *Policy, err error) {
 	last := o.lastMistake.Load()
 	if now-last < int64(mistakeLogEvery) || !o.lastMistake.CompareAndSwap(last, now) {
 		o.mistakesUnseen.Add(1)
 		return
 	}
-	l.logger.LogAttrs(ctx, slog.LevelError, "ratelimit: misconfigured or invalid request",
+	o.logger.LogAttrs(ctx, slog.LevelError, "ratelimit: misconfigured or invalid request",
 		slog.String("policy", policyName(p)), slog.Any("error", err),
 		slog.Int64("unlogged_since_last", o.mistakesUnseen.Swap(0)))
 }
