@@ -52,27 +52,24 @@ type stream struct {
 
 func (s *stream) Context() context.Context { return s.ctx }
 
-// decide runs the call of method through lim.Handler: call runs, on the
-// context that carries the decision, only when admitted; else the answer
-// the Handler wrote becomes the call's status. setHeader sends response
-// header metadata.
+// decide runs the call of method through lim (Limiter.Serve): call runs,
+// on the context that carries the decision, only when served; else the
+// refusal becomes the call's status. setHeader sends response header
+// metadata.
 func decide(lim *ratelimit.Limiter, ctx context.Context, method string, setHeader func(metadata.MD) error, call func(context.Context) error) error {
-	rec := newRecorder()
 	var callErr error
-	called := false
-	lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		called = true
-		if md := fields(w.Header()); len(md) > 0 {
+	res, fields, served := lim.Serve(ctx, callOf(ctx, method), func(ctx context.Context, fields http.Header) int {
+		if md := metadataOf(fields); len(md) > 0 {
 			_ = setHeader(md) // fails only once headers went out: nothing to add then
 		}
-		callErr = call(r.Context())
-		w.WriteHeader(HTTPStatus(callErr)) // for WithRefundIf and WithCostAfter
-	})).ServeHTTP(rec, requestOf(ctx, method))
-	if called {
+		callErr = call(ctx)
+		return HTTPStatus(callErr) // for WithRefundIf and WithCostAfter
+	})
+	if served {
 		return callErr
 	}
-	if md := fields(rec.header); len(md) > 0 {
+	if md := metadataOf(fields); len(md) > 0 {
 		_ = setHeader(md)
 	}
-	return refused(ctx, rec)
+	return refused(ctx, res, fields)
 }
