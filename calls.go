@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
-	"time"
 )
 
 // Allow reports whether one event may happen now for all of keys; it is
@@ -136,7 +134,7 @@ func (l *Limiter) AllowUpTo(ctx context.Context, max int64, keys ...string) (gra
 	if max < 1 {
 		return 0, Decision{}, fmt.Errorf("ratelimit: AllowUpTo: max %d, want at least 1", max)
 	}
-	if !is[granter](l.store) {
+	if !implements[granter](l.store) {
 		return 0, Decision{}, fmt.Errorf("ratelimit: AllowUpTo: the store (%T) cannot grant part of a request: %w", l.store, errors.ErrUnsupported)
 	}
 	f := l.start(ctx, nil, l.policy, keys, max)
@@ -318,7 +316,7 @@ func (c Call) request(ctx context.Context) *http.Request {
 // when c is served: admitted, passed unlimited (WithSkip, no identifier
 // applies), in a dry run or by FailOpen. run gets a context that carries
 // the Result (FromContext) and the rate-limit fields to send before its
-// answer (what Handler writes as headers; nil when unlimited), and
+// answer (what Handler writes as headers; empty when unlimited), and
 // returns the status its answer stands for, which WithRefundIf and
 // WithCostAfter are given (with 0 bytes written); a Concurrent limit's
 // slot is held while run runs. run is not called when c is refused:
@@ -328,28 +326,16 @@ func (c Call) request(ctx context.Context) *http.Request {
 // served reports that run was called. Stacked Limiters see each other
 // through ctx, as through an HTTP request's.
 func (l *Limiter) Serve(ctx context.Context, c Call, run func(ctx context.Context, fields http.Header) (status int)) (res Result, fields http.Header, served bool) {
-	f := l.begin(c.request(ctx))
-	if f == nil {
-		run(ctx, nil)
-		return Result{}, nil, true
-	}
-	if !f.admit() {
-		f.res.Err = f.ctx.Err()
-		return f.res, nil, false
-	}
 	fields = http.Header{}
-	switch f.res.Outcome {
-	case FailedClosed:
-		if l.style != HeadersNone {
-			fields.Set(hdrRetryAfter, strconv.Itoa(int(failClosedRetryAfter/time.Second)))
+	f := l.handle(c.request(ctx), fields, func(req *http.Request, _ Outcome, serve bool) (int, int64) {
+		if !serve {
+			return 0, 0
 		}
-		return f.res, fields, false
-	case Denied:
-		f.fields(fields)
-		return f.res, fields, false
-	case Allowed, DryRunDenied:
-		f.fields(fields)
+		served = true
+		return run(req.Context(), fields), 0
+	})
+	if f == nil {
+		return Result{}, fields, served
 	}
-	f.serve(func() (int, int64) { return run(f.ctx, fields), 0 })
-	return f.res, fields, true
+	return f.res, fields, served
 }

@@ -101,10 +101,11 @@ func AllFromContext(ctx context.Context) []Result {
 	return out
 }
 
-// refuseOuter tells the Limiters outside f that the request was not
-// served, so they give their charges back.
-func refuseOuter(f *frame) {
-	for o := f.outer; o != nil; o = o.outer {
+// refuse tells every Limiter that limited the request of ctx (its own,
+// once its frame is in ctx, and those outside) that the request was not
+// served, so that they give their charges back.
+func refuse(ctx context.Context) {
+	for o := frameOf(ctx); o != nil; o = o.outer {
 		if o.limited {
 			o.refused.Store(true)
 		}

@@ -17,26 +17,6 @@ import (
 // context that keeps the request's values but not its cancellation, and
 // every failure reaches the error hook, the observers and the log.
 
-// decidedBy says who made a decision.
-type decidedBy uint8
-
-const (
-	byStore       decidedBy = iota // the store
-	byFallback                     // the fallback store, the store having failed
-	byFailureMode                  // no store could decide: FailOpen or FailClosed
-)
-
-// String names the decider in errors and logs.
-func (b decidedBy) String() string {
-	switch b {
-	case byFallback:
-		return "fallback store"
-	case byFailureMode:
-		return "failure mode"
-	}
-	return "store"
-}
-
 // decided is a decision and who made it. err is why no store could
 // decide (byFailureMode); nil otherwise, as in Result.Err: a store's error
 // that the fallback made up for has gone to the error hook and the log.
@@ -120,15 +100,15 @@ func (dc *decider) decide(ctx context.Context, r *http.Request, a ask) decided {
 		if errors.Is(err, ErrInvalidRequest) || errors.Is(err, errors.ErrUnsupported) {
 			settled = true
 			dc.breaker.Forget(probe)
-			return dc.failed(err)
+			return dc.onFailure(err)
 		}
 		change := dc.breaker.Record(dc.sinceEpoch, err == nil, probe)
 		settled = true
 		switch change {
 		case breaker.Opened:
-			dc.circuit(true)
+			dc.circuitChanged(true)
 		case breaker.Closed:
-			dc.circuit(false)
+			dc.circuitChanged(false)
 		}
 		if err == nil {
 			dc.outage.storeAnswered(ctx, dc.sinceEpoch())
@@ -148,19 +128,19 @@ func (dc *decider) decide(ctx context.Context, r *http.Request, a ask) decided {
 		}
 		err = errors.Join(err, ferr)
 	}
-	return dc.failed(err)
+	return dc.onFailure(err)
 }
 
-// failed returns the failure mode's decision for err.
-func (dc *decider) failed(err error) decided {
+// onFailure returns the failure mode's decision for err.
+func (dc *decider) onFailure(err error) decided {
 	if dc.mode == FailClosed {
 		return decided{d: Decision{RetryAfter: failClosedRetryAfter}, by: byFailureMode, err: err}
 	}
 	return decided{d: Decision{Allowed: true}, by: byFailureMode, err: err}
 }
 
-// circuit tells the observers the circuit opened or closed.
-func (dc *decider) circuit(open bool) {
+// circuitChanged tells the observers the circuit opened or closed.
+func (dc *decider) circuitChanged(open bool) {
 	for _, o := range dc.observers {
 		o.ObserveCircuit(CircuitEvent{Open: open, Cooldown: time.Duration(dc.breaker.Cooldown)})
 	}
@@ -275,7 +255,7 @@ func (dc *decider) report(ctx context.Context, r *http.Request, by decidedBy, p 
 		dc.errHook(r, err)
 	}
 	if errors.Is(err, ErrInvalidRequest) || errors.Is(err, errors.ErrUnsupported) {
-		dc.outage.mistake(ctx, dc.sinceEpoch(), p, err)
+		dc.outage.logMistake(ctx, dc.sinceEpoch(), p, err)
 		return
 	}
 	dc.outage.storeFailed(ctx, dc.sinceEpoch(), by, p, err)
@@ -287,12 +267,12 @@ func (dc *decider) mistake(ctx context.Context, r *http.Request, p *Policy, err 
 	if dc.errHook != nil {
 		dc.errHook(r, err)
 	}
-	dc.outage.mistake(ctx, dc.sinceEpoch(), p, err)
+	dc.outage.logMistake(ctx, dc.sinceEpoch(), p, err)
 }
 
 // chargedBy returns who made the charge rc: the store or the fallback.
 func chargedBy(rc Receipt) decidedBy {
-	if rc.byFallback() {
+	if rc.fromFallback() {
 		return byFallback
 	}
 	return byStore

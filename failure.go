@@ -167,8 +167,8 @@ func (o *outageLog) restart() {
 	o.mistakesUnseen.Store(0)
 }
 
-// decided counts a decision the store did not make.
-func (o *outageLog) decided(by decidedBy, outcome Outcome) {
+// tally counts a decision the store did not make.
+func (o *outageLog) tally(by decidedBy, outcome Outcome) {
 	switch {
 	case by == byFallback:
 		o.n.fallback.Add(1)
@@ -190,7 +190,7 @@ func (o *outageLog) storeFailed(ctx context.Context, now int64, by decidedBy, p 
 		o.lastErr.Store(&err)
 	}
 	if !o.active.Load() {
-		o.begin(ctx, now, by, p, err)
+		o.open(ctx, now, by, p, err)
 	}
 	if skipped {
 		o.n.skipped.Add(1)
@@ -204,7 +204,7 @@ func (o *outageLog) storeFailed(ctx context.Context, now int64, by decidedBy, p 
 
 // begin writes the line that says the store is failing, unless another
 // request just did.
-func (o *outageLog) begin(ctx context.Context, now int64, by decidedBy, p *Policy, err error) {
+func (o *outageLog) open(ctx context.Context, now int64, by decidedBy, p *Policy, err error) {
 	o.mu.Lock()
 	if o.active.Load() {
 		o.mu.Unlock()
@@ -299,10 +299,10 @@ func (c outageCounts) attrs(answered bool) []slog.Attr {
 // roundLog rounds a length of time for the log: to the millisecond.
 func roundLog(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
 
-// mistake logs a caller's mistake at now at level Error, at most once
+// logMistake logs a caller's mistake at now at level Error, at most once
 // every mistakeLogEvery, with the number left unlogged since the previous
 // one.
-func (o *outageLog) mistake(ctx context.Context, now int64, p *Policy, err error) {
+func (o *outageLog) logMistake(ctx context.Context, now int64, p *Policy, err error) {
 	last := o.lastMistake.Load()
 	if now-last < int64(mistakeLogEvery) || !o.lastMistake.CompareAndSwap(last, now) {
 		o.mistakesUnseen.Add(1)
@@ -319,4 +319,24 @@ func policyName(p *Policy) string {
 		return ""
 	}
 	return p.Name()
+}
+
+// decidedBy says who made a decision.
+type decidedBy uint8
+
+const (
+	byStore       decidedBy = iota // the store
+	byFallback                     // the fallback store, the store having failed
+	byFailureMode                  // no store could decide: FailOpen or FailClosed
+)
+
+// String names the decider in errors and logs.
+func (b decidedBy) String() string {
+	switch b {
+	case byFallback:
+		return "fallback store"
+	case byFailureMode:
+		return "failure mode"
+	}
+	return "store"
 }

@@ -139,11 +139,3 @@ func isToken(s string) bool {
 	}
 	return true
 }
-
-// configErr is the mistake in the options ByIP was given, or nil.
-func (id *IPIdentifier) configErr() error {
-	if id == nil {
-		return nil
-	}
-	return id.err
-}

@@ -201,13 +201,13 @@ func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 
 // writeFields writes the rate-limit headers of style for decision d of
 // p, as a Limiter writes them: after those of the Limiters outside it when
-// stacked (their lists first; of the legacy styles, the limit with the
-// least remaining), and Retry-After for a denial.
-func writeFields(h http.Header, style HeaderStyle, p *Policy, d Decision, stacked, denied bool) {
+// there are some (outer; their lists first; of the legacy styles, the
+// limit with the least remaining), and Retry-After for a denial.
+func writeFields(h http.Header, style HeaderStyle, p *Policy, d Decision, outer, denied bool) {
 	if style == HeadersNone {
 		return
 	}
-	if !stacked {
+	if !outer {
 		SetHeaders(h, style, p, d)
 	} else {
 		prevPolicy, prevRL := h.Values(hdrPolicy), h.Values(hdrRateLimit)

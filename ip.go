@@ -369,3 +369,11 @@ func ClientIn(ip *IPIdentifier, cidrs ...string) (func(*http.Request) bool, erro
 		return false
 	}, nil
 }
+
+// configErr is the mistake in the options ByIP was given, or nil.
+func (id *IPIdentifier) configErr() error {
+	if id == nil {
+		return nil
+	}
+	return id.err
+}

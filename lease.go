@@ -24,9 +24,9 @@ type leasing struct {
 }
 
 // checkLease checks the terms t of leasing the limits (defaults filled
-// in) of the policy name, counted by alg, and returns how it leases them.
-func checkLease(name string, alg Algorithm, limits []Limit, t leaseTerms) (*leasing, error) {
-	where := fmt.Sprintf("policy %q: WithLease(%d, %s)", name, t.chunk, t.hold)
+// in), counted by alg, and returns how it leases them; its errors begin
+// with where, which names the policy and the option.
+func checkLease(where string, alg Algorithm, limits []Limit, t leaseTerms) (*leasing, error) {
 	if t.chunk < 1 {
 		return nil, fmt.Errorf("%s: chunk must be at least 1", where)
 	}

@@ -32,7 +32,7 @@ type leaseKey struct{ def, key string }
 // leaseSlot is one key's grants under one leased policy.
 type leaseSlot struct {
 	mu  sync.Mutex
-	cur *grant // nil: none running
+	cur *leaseGrant // nil: none running
 	// fetching is closed when the refill under way ends; nil when none.
 	fetching chan struct{}
 	// denial is the store's last denial of the key, repeated locally
@@ -42,9 +42,9 @@ type leaseSlot struct {
 	size        int64 // the next grant to ask for (0: the request's cost)
 }
 
-// grant is one charge of the store, spent locally. Its fields are
+// leaseGrant is one charge of the store, spent locally. Its fields are
 // guarded by its slot's mutex.
-type grant struct {
+type leaseGrant struct {
 	d       Decision // the store's answer; its Receipt is the charge
 	granted int64
 	used    int64 // spent, debts included, refunds taken out
@@ -59,7 +59,7 @@ type grant struct {
 // leaseUse is a request's share of one grant, for its refund or settle.
 type leaseUse struct {
 	s *leaseSlot
-	g *grant
+	g *leaseGrant
 }
 
 // slots returns the slots of keys under the leased policy def.
@@ -233,14 +233,14 @@ func (t *leaseTable) spend(a ask, slots []*leaseSlot, now int64) (d Decision, sh
 	d.Granted, d.Delay, d.Repeated = n, 0, false
 	d.Receipt = Receipt{Policy: a.policy, Keys: a.keys, Cost: n, c: &claim{
 		adjust: func(ctx context.Context, r *http.Request, delta int64) error {
-			return t.adjust(ctx, r, a.policy, uses, delta)
+			return t.adjustGrant(ctx, r, a.policy, uses, delta)
 		},
 	}}
 	return d, nil, false
 }
 
 // left is what a grant can still admit, counting what the store had left.
-func left(g *grant) int64 { return g.d.Remaining + g.granted - g.used }
+func left(g *leaseGrant) int64 { return g.d.Remaining + g.granted - g.used }
 
 // localDenial repeats the store's denial of key i, its waits counted
 // down to now.
@@ -314,7 +314,7 @@ func (t *leaseTable) refill(ctx context.Context, r *http.Request, p *Policy, s *
 		}
 		return got, false
 	}
-	g := &grant{d: d, granted: d.Granted, charged: d.Granted, start: start, until: start + int64(terms.hold)}
+	g := &leaseGrant{d: d, granted: d.Granted, charged: d.Granted, start: start, until: start + int64(terms.hold)}
 	s.cur = g
 	time.AfterFunc(terms.hold, func() { t.expire(p, s, key, g) })
 	return got, true
@@ -325,7 +325,7 @@ func (t *leaseTable) refill(ctx context.Context, r *http.Request, p *Policy, s *
 // its hold ended), and returns what the store counts for g and what it
 // is to count, g having given back what it did not spend: its caller
 // settles it (recharge).
-func closeGrant(s *leaseSlot, g *grant, now int64) (from, to int64) {
+func closeGrant(s *leaseSlot, g *leaseGrant, now int64) (from, to int64) {
 	g.closed = true
 	next := 2 * g.used
 	if now < g.until && g.used >= g.granted {
@@ -343,7 +343,7 @@ func closeGrant(s *leaseSlot, g *grant, now int64) (from, to int64) {
 
 // expire closes g when its hold has ended and it still runs, giving back
 // what it did not spend, and forgets the slot when it holds nothing more.
-func (t *leaseTable) expire(p *Policy, s *leaseSlot, key string, g *grant) {
+func (t *leaseTable) expire(p *Policy, s *leaseSlot, key string, g *leaseGrant) {
 	s.mu.Lock()
 	now := t.d.sinceEpoch()
 	if s.cur != g || now < g.until || s.fetching != nil {
@@ -362,7 +362,7 @@ func (t *leaseTable) expire(p *Policy, s *leaseSlot, key string, g *grant) {
 // already says to): what it did not spend goes back (to < from), a debt
 // beyond what the store counted is charged now (to > from). The error
 // goes to the hooks and the log, and to the caller.
-func (t *leaseTable) recharge(ctx context.Context, r *http.Request, p *Policy, g *grant, from, to int64) error {
+func (t *leaseTable) recharge(ctx context.Context, r *http.Request, p *Policy, g *leaseGrant, from, to int64) error {
 	rc := g.d.Receipt
 	if from == to || rc.IsZero() {
 		return nil
@@ -376,7 +376,7 @@ func (t *leaseTable) recharge(ctx context.Context, r *http.Request, p *Policy, g
 	return t.d.op(ctx, r, p, by, "settle", func(ctx context.Context) error { return st.Settle(ctx, was, to) })
 }
 
-// adjust changes what a request admitted from grants under p (uses) spent by
+// adjustGrant changes what a request admitted from grants under p (uses) spent by
 // delta units: back into the grants still running when negative (a grant
 // closed keeps them: the limit under-admits by them), and a debt when
 // positive, charged to the store now (a settle of each key's grant above
@@ -384,7 +384,7 @@ func (t *leaseTable) recharge(ctx context.Context, r *http.Request, p *Policy, g
 // process admits a request while the debt fills a limit. The grant's
 // unspent units stay to spend; once it carries a debt, it gives nothing
 // back when it closes (a debt voids the refunds of earlier charges).
-func (t *leaseTable) adjust(ctx context.Context, r *http.Request, p *Policy, uses []leaseUse, delta int64) error {
+func (t *leaseTable) adjustGrant(ctx context.Context, r *http.Request, p *Policy, uses []leaseUse, delta int64) error {
 	var errs []error
 	for _, u := range uses {
 		u.s.mu.Lock()

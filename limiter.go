@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -59,7 +60,7 @@ func New(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
 	if err := configure(&l.config, store, policy, opts); err != nil {
 		return nil, err
 	}
-	l.sleep = sleep
+	l.sleep = pause
 	l.outage.logger, l.outage.mode, l.outage.fallback, l.outage.breaker = l.logger, l.mode, l.fallback != nil, &l.breaker
 	l.setClock(time.Now)
 	l.leases.d = &l.decider
@@ -137,9 +138,9 @@ func configure(c *config, store Store, policy *Policy, opts []Option) error {
 		has   bool
 		what  string
 	}{
-		{c.refundIf != nil, is[refunder](store), "WithRefundIf: the store (%T) cannot refund"},
-		{policy.lease != nil, is[leaser](store), "New: policy is leased (WithLease) and the store (%T) cannot lease"},
-		{c.costAfter != nil, is[settler](store), "WithCostAfter: the store (%T) cannot settle"},
+		{c.refundIf != nil, implements[refunder](store), "WithRefundIf: the store (%T) cannot refund"},
+		{policy.lease != nil, implements[leaser](store), "New: policy is leased (WithLease) and the store (%T) cannot lease"},
+		{c.costAfter != nil, implements[settler](store), "WithCostAfter: the store (%T) cannot settle"},
 	} {
 		if need.asked && !need.has {
 			return fmt.Errorf("ratelimit: "+need.what+": %w", store, errors.ErrUnsupported)
@@ -148,14 +149,14 @@ func configure(c *config, store Store, policy *Policy, opts []Option) error {
 	return nil
 }
 
-// is reports whether s offers the operation of interface T.
-func is[T any](s Store) bool {
+// implements reports whether s offers the operation of interface T.
+func implements[T any](s Store) bool {
 	_, ok := s.(T)
 	return ok
 }
 
-// sleep waits d, or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
+// pause waits d, or until ctx is done.
+func pause(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -166,14 +167,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// A flight is one request's way through a Limiter, from its admission to
+// A journey is one request's way through a Limiter, from its admission to
 // its end; every front (the Handler, Serve, Allow, Wait and AllowUpTo)
-// goes through one. start (or begin, for a request) chooses its policy,
-// keys and cost; decide asks for a decision (a leased policy's grants
-// first, then the stores: decide.go); acquire waits for a place in line;
-// record tells the hooks, the observers and the log what was decided;
-// serve runs the request and then finishes it by outcome: a refund, a
-// settle, its slots released.
+// goes through one (the fronts that serve requests through handle).
+// start (or begin, for a request) chooses its policy, keys and cost;
+// decide asks for a decision (a leased policy's grants first, then the
+// stores: decide.go); acquire waits for a place in line; record tells
+// the hooks, the observers and the log what was decided; execute runs the
+// request and then finishes it by outcome: a refund, a settle, its slots
+// released.
 //
 // Holding: Retry-After counts whole seconds, so a client told to wait
 // 50ms waits a second. Where a second is most of what a limit admits (a
@@ -181,10 +183,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 // second, the approximation's weighted window), such a client gets a
 // fraction of the rate it was promised. So a front that serves requests
 // holds one whose wait is below one second, by default, rather than
-// refuse it: it is served when its turn comes (admit). At most MaxHeld
+// refuse it: it is served when its turn comes (decideOrHold). At most MaxHeld
 // requests of one Limiter are held at once; beyond that, requests are
 // refused as before.
-type flight struct {
+type journey struct {
 	l *Limiter
 	// ctx carries the request's values to the stores, and its end to a
 	// wait; once admitted, the request's Result too.
@@ -200,14 +202,14 @@ type flight struct {
 	frame  *frame // the request's frame in ctx, once admitted
 }
 
-// start returns the flight of a request of cost for keys under p.
-func (l *Limiter) start(ctx context.Context, r *http.Request, p *Policy, keys []string, cost int64) *flight {
-	return &flight{l: l, ctx: ctx, req: r, res: Result{Policy: p, Keys: keys, Cost: cost}}
+// start returns the journey of a request of cost for keys under p.
+func (l *Limiter) start(ctx context.Context, r *http.Request, p *Policy, keys []string, cost int64) *journey {
+	return &journey{l: l, ctx: ctx, req: r, res: Result{Policy: p, Keys: keys, Cost: cost}}
 }
 
-// begin starts the flight of r for a front that serves it, or returns nil
+// begin starts the journey of r for a front that serves it, or returns nil
 // when r passes unlimited (WithSkip, or no identifier applies).
-func (l *Limiter) begin(r *http.Request) *flight {
+func (l *Limiter) begin(r *http.Request) *journey {
 	if l.skip != nil && l.skip(r) {
 		return nil
 	}
@@ -234,59 +236,100 @@ func (l *Limiter) begin(r *http.Request) *flight {
 	return f
 }
 
+// handle takes r through the Limiter for a front that serves requests
+// (the Handler, Serve), the one walk every such request makes: begin
+// picks its policy, keys and cost; decideOrHold decides, holding a short
+// wait, and records the decision; the rate-limit fields go into h
+// (Retry-After alone for FailedClosed, none for FailedOpen); a refusal is
+// told to the Limiters that charged the request, so that they give their
+// charges back; respond then answers the request, and execute (finish.go)
+// finishes a served one by outcome. respond serves the request when serve
+// is true (admitted, passed unlimited, in a dry run or by FailOpen), else
+// answers its refusal, of outcome o (Denied or FailedClosed); it returns
+// the status the client got and the bytes of body written. It is not
+// called when the client left while held (the Result's Err is then ctx's
+// error). handle returns the journey, nil when r passed unlimited.
+func (l *Limiter) handle(r *http.Request, h http.Header, respond func(req *http.Request, o Outcome, serve bool) (status int, written int64)) *journey {
+	f := l.begin(r)
+	if f == nil {
+		respond(r, Allowed, true)
+		return nil
+	}
+	left := f.decideOrHold()
+	o, d := f.res.Outcome, f.res.Decision
+	switch {
+	case left, o == FailedOpen: // no decision to describe
+	case o == FailedClosed:
+		if l.style != HeadersNone {
+			h.Set(hdrRetryAfter, strconv.Itoa(int(failClosedRetryAfter/time.Second)))
+		}
+	default:
+		writeFields(h, l.style, f.res.Policy, d, stacked(f.frame), !d.Allowed && f.res.Cost > 0)
+	}
+	if left || o == Denied || o == FailedClosed {
+		refuse(f.ctx)
+		if !left {
+			respond(f.req, o, false)
+		}
+		return f
+	}
+	f.execute(func() (int, int64) { return respond(f.req, o, true) })
+	return f
+}
+
 // ask is what f asks of the stores.
-func (f *flight) ask(op opKind) ask {
+func (f *journey) ask(op opKind) ask {
 	return ask{policy: f.res.Policy, keys: f.res.Keys, cost: f.res.Cost, id: f.id, op: op}
 }
 
 // decide asks for a decision: from the grants of a leased policy
 // (WithLease), or from the stores.
-func (f *flight) decide(a ask) decided {
+func (f *journey) decide(a ask) decided {
 	if a.policy.lease != nil && a.cost > 0 {
 		return f.l.leases.decide(f.ctx, f.req, a)
 	}
 	return f.l.decide(f.ctx, f.req, a)
 }
 
-// admit decides f for a front that serves it: it asks once and, when the
+// decideOrHold decides f for a front that serves it: it asks once and, when the
 // answer is a denial that a short wait would turn into an admission,
 // holds the request until its turn within the Limiter's maximum delay
 // (WithMaxDelay: every request asks for a place in line). It reports
-// false when the client left while held: its place was given back, and
-// the Limiters outside, which charged it, give theirs back too.
-func (f *flight) admit() bool {
+// that the client left while held: its place was given back and the
+// Result's Err is ctx's error.
+func (f *journey) decideOrHold() (left bool) {
 	l := f.l
 	a := f.ask(opTake)
 	var got decided
-	var left error
+	var gone error
 	switch {
 	case l.maxDelay == 0 || l.maxHeld == 0 || l.dryRun || a.policy.block > 0:
 		// A policy with a penalty is never held: its denials start or
 		// report the penalty, whose end is no turn to wait for.
 		got = f.decide(a)
 	case l.reserveFirst:
-		got, left = f.hold(a, nil)
+		got, gone = f.holdTurn(a, nil)
 	default:
 		// Ask as usual (the common call stays the common call); hold only
 		// a denial whose wait is below the maximum delay. A denial in
 		// flight has no wait to hold for: a slot frees when a request ends.
 		got = f.decide(a)
 		if d := got.d; got.by != byFailureMode && !d.Allowed && a.cost > 0 && !d.InFlight && d.RetryAfter > 0 && d.RetryAfter <= l.maxDelay {
-			got, left = f.hold(a, &got)
+			got, gone = f.holdTurn(a, &got)
 		}
 	}
-	if left != nil {
-		refuseOuter(&frame{outer: frameOf(f.ctx)})
+	if gone == nil {
+		f.record(got)
 		return false
 	}
-	f.record(got)
+	f.res.Err = gone
 	return true
 }
 
-// hold acquires a place in line for a within the maximum delay, when one
+// holdTurn acquires a place in line for a within the maximum delay, when one
 // of the Limiter's MaxHeld places is free; else it returns what was
 // asked, or asks now when nothing was.
-func (f *flight) hold(a ask, asked *decided) (decided, error) {
+func (f *journey) holdTurn(a ask, asked *decided) (decided, error) {
 	l := f.l
 	if l.held.Add(1) > int64(l.maxHeld) {
 		l.held.Add(-1)
@@ -304,7 +347,7 @@ func (f *flight) hold(a ask, asked *decided) (decided, error) {
 // asking again. While the admitted event waits for its turn, ctx ending
 // gives the place back and returns ctx's error. The Handler's holding and
 // WaitN wait through it.
-func (f *flight) acquire(a ask, budget time.Duration) (decided, error) {
+func (f *journey) acquire(a ask, budget time.Duration) (decided, error) {
 	l := f.l
 	start := l.now()
 	for {
@@ -336,9 +379,8 @@ func (f *flight) acquire(a ask, budget time.Duration) (decided, error) {
 // record takes got as f's decision, with its outcome, and tells the log,
 // the decision hook and the observers. A front that serves the request
 // puts its Result in its context first, for the hooks and the handler to
-// read, and tells the Limiters outside that it refused the request, so
-// that they give their charges back.
-func (f *flight) record(got decided) {
+// read.
+func (f *journey) record(got decided) {
 	l, res := f.l, &f.res
 	res.Decision, res.Err, f.by = got.d, got.err, got.by
 	denied := !res.Decision.Allowed && res.Cost > 0
@@ -354,46 +396,16 @@ func (f *flight) record(got decided) {
 	default:
 		res.Outcome = Allowed
 	}
+	l.outage.tally(f.by, res.Outcome)
 	if f.serves {
 		f.frame = &frame{res: *res, limited: true}
 		f.ctx = withFrame(f.ctx, f.frame)
 		f.req = f.req.WithContext(f.ctx)
 	}
-	l.outage.decided(f.by, res.Outcome)
 	if l.decHook != nil {
 		l.decHook(f.req, *res)
 	}
 	for _, o := range l.observers {
 		o.ObserveDecision(DecisionEvent{Request: f.req, Result: *res, Outcome: res.Outcome, Fallback: f.by == byFallback})
-	}
-	if f.serves && (res.Outcome == Denied || res.Outcome == FailedClosed) {
-		refuseOuter(f.frame)
-	}
-}
-
-// fields writes the rate-limit fields of f's decision into h, after those
-// of the Limiters outside it, and Retry-After for a denial.
-func (f *flight) fields(h http.Header) {
-	d := f.res.Decision
-	writeFields(h, f.l.style, f.res.Policy, d, stacked(f.frame), !d.Allowed && f.res.Cost > 0)
-}
-
-// serve runs an admitted request and finishes it by outcome: its slots of
-// Concurrent limits are held while run runs (also when it panics) and
-// released after; the charge goes back when WithRefundIf says so or a
-// Limiter inside refused the request, or is settled to WithCostAfter's
-// cost. run returns the status the client got and the bytes of body it
-// wrote. A run that panics keeps its charge as it was.
-func (f *flight) serve(run func() (status int, written int64)) {
-	l, rc := f.l, f.res.Decision.Receipt
-	defer l.holdSlots(f.ctx, f.req, rc)()
-	status, written := run()
-	switch {
-	case f.frame.refused.Load():
-		_ = l.refund(f.ctx, f.req, rc)
-	case l.refundIf != nil && l.refundIf(f.req, status):
-		_ = l.refund(f.ctx, f.req, rc)
-	case l.costAfter != nil:
-		_ = l.settle(f.ctx, f.req, rc, min(max(l.costAfter(f.req, status, written), 0), MaxSettle))
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"net"
 	"net/http"
-	"strconv"
-	"time"
 )
 
 // Handler returns next wrapped by the limiter, for chi (r.Use(l.Handler),
@@ -44,55 +42,41 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	if l == nil || l.store == nil {
 		panic("ratelimit: Handler: Limiter not built by New")
 	}
-	return &handler{l: l, next: next}
+	return &limitedHandler{l: l, next: next}
 }
 
-type handler struct {
+type limitedHandler struct {
 	l    *Limiter
 	next http.Handler
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f := h.l.begin(r)
-	if f == nil {
-		h.next.ServeHTTP(w, r) // unlimited: skipped, or no identifier applies
-		return
-	}
-	if !f.admit() {
-		return // the client left while held
-	}
-	switch f.res.Outcome {
-	case FailedClosed:
-		serviceUnavailable(w, h.l.style)
-		return
-	case Denied:
-		f.fields(w.Header())
-		w.Header().Set("Cache-Control", "no-store")
-		dw := &deniedWriter{ResponseWriter: w}
-		h.l.denied.ServeHTTP(dw, f.req)
-		dw.finish()
-		return
-	case Allowed, DryRunDenied:
-		f.fields(w.Header())
-	}
-	f.serve(func() (int, int64) {
-		if h.l.refundIf == nil && h.l.costAfter == nil {
-			h.next.ServeHTTP(w, f.req)
+func (h *limitedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.l.handle(r, w.Header(), func(req *http.Request, o Outcome, serve bool) (int, int64) {
+		switch {
+		case !serve && o == FailedClosed:
+			serviceUnavailable(w)
+			return 0, 0
+		case !serve:
+			w.Header().Set("Cache-Control", "no-store")
+			dw := &deniedWriter{ResponseWriter: w}
+			h.l.denied.ServeHTTP(dw, req)
+			dw.finish()
+			return 0, 0
+		case h.l.refundIf == nil && h.l.costAfter == nil:
+			h.next.ServeHTTP(w, req)
 			return 0, 0
 		}
 		sw := &statusWriter{ResponseWriter: w}
-		h.next.ServeHTTP(sw, f.req)
+		h.next.ServeHTTP(sw, req)
 		return sw.result(), sw.written
 	})
 }
 
-// serviceUnavailable answers FailClosed's 503: a problem document of the
-// temporary-reduced-capacity type that says nothing of the error.
-func serviceUnavailable(w http.ResponseWriter, style HeaderStyle) {
+// serviceUnavailable answers FailClosed's 503 (run wrote its Retry-After):
+// a problem document of the temporary-reduced-capacity type that says
+// nothing of the error.
+func serviceUnavailable(w http.ResponseWriter) {
 	h := w.Header()
-	if style != HeadersNone {
-		h.Set("Retry-After", strconv.Itoa(int(failClosedRetryAfter/time.Second)))
-	}
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -34,8 +34,8 @@ const (
 	setLease
 )
 
-// apply applies opts in order; a nil option is an error.
-func (c *policyConfig) apply(fn string, opts []PolicyOption) error {
+// applyAll applies opts in order; a nil option is an error.
+func (c *policyConfig) applyAll(fn string, opts []PolicyOption) error {
 	for i, o := range opts {
 		if o == nil {
 			return fmt.Errorf("ratelimit: %s: option %d is nil", fn, i)
@@ -147,7 +147,7 @@ func WithLease(chunk int64, hold time.Duration) PolicyOption {
 // Errors name the offending limit and its position.
 func ParsePolicy(s string, opts ...PolicyOption) (*Policy, error) {
 	var c policyConfig
-	if err := c.apply("ParsePolicy", opts); err != nil {
+	if err := c.applyAll("ParsePolicy", opts); err != nil {
 		return nil, err
 	}
 	if len(s) > 4096 {
@@ -176,7 +176,7 @@ func ParsePolicy(s string, opts ...PolicyOption) (*Policy, error) {
 		}
 		limits = append(limits, l)
 	}
-	p, err := buildPolicy(c.name, c.algorithm, limits, c.block, c.leaseTerms())
+	p, err := buildPolicy(c.name, c.algorithm, limits, c.block, c.leased())
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: parse policy %q: %w", s, err)
 	}
@@ -297,7 +297,7 @@ func (p *Policy) With(opts ...PolicyOption) (*Policy, error) {
 	if p.lease != nil {
 		c.lease = p.lease.terms
 	}
-	if err := c.apply("Policy.With", opts); err != nil {
+	if err := c.applyAll("Policy.With", opts); err != nil {
 		return nil, err
 	}
 	for _, o := range [...]struct {
@@ -308,15 +308,15 @@ func (p *Policy) With(opts ...PolicyOption) (*Policy, error) {
 			return nil, fmt.Errorf("ratelimit: Policy.With: %s changes how the limits are counted: build another policy with NewPolicy or ParsePolicy", o.name)
 		}
 	}
-	q, err := buildPolicy(c.name, p.algorithm, p.given, c.block, c.leaseTerms())
+	q, err := buildPolicy(c.name, p.algorithm, p.given, c.block, c.leased())
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: %w", err)
 	}
 	return q, nil
 }
 
-// leaseTerms returns the lease terms c sets, nil for none.
-func (c *policyConfig) leaseTerms() *leaseTerms {
+// leased returns the lease terms c sets, nil for none.
+func (c *policyConfig) leased() *leaseTerms {
 	if c.lease == (leaseTerms{}) {
 		return nil
 	}

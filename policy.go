@@ -115,7 +115,7 @@ func buildPolicy(name string, alg Algorithm, limits []Limit, block time.Duration
 	}
 	var chunk, hold int64
 	if lease != nil {
-		ls, err := checkLease(name, alg, p.limits, *lease)
+		ls, err := checkLease(fmt.Sprintf("policy %q: WithLease(%d, %s)", name, lease.chunk, lease.hold), alg, p.limits, *lease)
 		if err != nil {
 			return nil, err
 		}

@@ -236,8 +236,8 @@ func (r Receipt) withCost(c int64) Receipt {
 	return r
 }
 
-// byFallback reports that the Limiter's fallback store charged r.
-func (r Receipt) byFallback() bool { return r.c != nil && r.c.fallback }
+// fromFallback reports that the Limiter's fallback store charged r.
+func (r Receipt) fromFallback() bool { return r.c != nil && r.c.fallback }
 
 // LimitStatus is the state of one limit of the policy for one key.
 type LimitStatus struct {

@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// Slots of Concurrent limits: a charge that holds them releases them once,
-// at the store that made it; the Handler renews them every quarter lease
-// while its request runs.
+// How a request ends: execute runs a served request and finishes it by
+// outcome (a refund, a settle, its slots released). Slots of Concurrent
+// limits: a charge that holds them releases them once, at the store that
+// made it; a served request renews them every quarter lease while it runs.
 
 // holdsSlots reports whether the charge rc holds slots of Concurrent
 // limits.
@@ -80,5 +81,25 @@ func (dc *decider) holdSlots(ctx context.Context, r *http.Request, rc Receipt) f
 		close(stop)
 		<-stopped // no renewal after the release
 		_ = dc.release(ctx, r, rc)
+	}
+}
+
+// execute runs an admitted request and finishes it by outcome: its slots of
+// Concurrent limits are held while run runs (also when it panics) and
+// released after; the charge goes back when WithRefundIf says so or a
+// Limiter inside refused the request, or is settled to WithCostAfter's
+// cost. run returns the status the client got and the bytes of body it
+// wrote. A run that panics keeps its charge as it was.
+func (f *journey) execute(run func() (status int, written int64)) {
+	l, rc := f.l, f.res.Decision.Receipt
+	defer l.holdSlots(f.ctx, f.req, rc)()
+	status, written := run()
+	switch {
+	case f.frame.refused.Load():
+		_ = l.refund(f.ctx, f.req, rc)
+	case l.refundIf != nil && l.refundIf(f.req, status):
+		_ = l.refund(f.ctx, f.req, rc)
+	case l.costAfter != nil:
+		_ = l.settle(f.ctx, f.req, rc, min(max(l.costAfter(f.req, status, written), 0), MaxSettle))
 	}
 }
