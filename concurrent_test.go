@@ -242,7 +242,7 @@ func TestParseConcurrent(t *testing.T) {
 			t.Errorf("step %d: %q: String %q, want %q", i, c.in, p.String(), c.want)
 		}
 	}
-	if _, err := ratelimit.NewPolicy("x", ratelimit.TokenBucket, ratelimit.PerSecond(5), ratelimit.Concurrent(2)); err != nil {
+	if _, err := ratelimit.NewPolicy("x", ratelimit.TokenBucket, ratelimit.Limit{Rate: 5, Period: time.Second}, ratelimit.Concurrent(2)); err != nil {
 		t.Errorf("a concurrent limit beside a token bucket: %v", err)
 	}
 	if _, err := ratelimit.NewPolicy("x", ratelimit.SlidingWindow, ratelimit.Limit{Rate: 2, Concurrent: true, Burst: 1}); err == nil {

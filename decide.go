@@ -118,7 +118,7 @@ func (dc *decider) decide(ctx context.Context, r *http.Request, a ask) decided {
 		err = fmt.Errorf("ratelimit: store: %w (skipping it for up to %s after repeated failures)", ErrCircuitOpen, time.Duration(dc.breaker.Cooldown))
 		dc.report(ctx, r, byStore, a.policy, err)
 		for _, o := range dc.observers {
-			o.ObserveStore(StoreEvent{Policy: a.policy, Op: a.op.String(), Err: err})
+			o.ObserveStore(StoreEvent{Policy: a.policy, Op: a.op.String(), Err: err, ErrorKind: errorKind(err)})
 		}
 	}
 	if dc.fallback != nil {
@@ -204,7 +204,7 @@ func (dc *decider) call(ctx context.Context, r *http.Request, by decidedBy, a as
 	}
 	err = dc.annotate(by.String(), err, expired)
 	for _, o := range dc.observers {
-		o.ObserveStore(StoreEvent{Policy: a.policy, Op: a.op.String(), Fallback: by == byFallback, Duration: time.Since(start), Err: err})
+		o.ObserveStore(StoreEvent{Policy: a.policy, Op: a.op.String(), Fallback: by == byFallback, Duration: time.Since(start), Err: err, ErrorKind: errorKind(err)})
 	}
 	if err == nil {
 		d.Receipt = d.Receipt.claimed(by == byFallback)
@@ -227,7 +227,7 @@ func (dc *decider) op(ctx context.Context, r *http.Request, p *Policy, by decide
 		dc.report(ctx, r, by, p, err)
 	}
 	for _, o := range dc.observers {
-		o.ObserveStore(StoreEvent{Policy: p, Op: name, Fallback: by == byFallback, Duration: time.Since(start), Err: err})
+		o.ObserveStore(StoreEvent{Policy: p, Op: name, Fallback: by == byFallback, Duration: time.Since(start), Err: err, ErrorKind: errorKind(err)})
 	}
 	return err
 }
@@ -301,7 +301,7 @@ func (dc *decider) settle(ctx context.Context, r *http.Request, rc Receipt, actu
 	if actual < 0 || actual > MaxSettle {
 		return fmt.Errorf("ratelimit: Settle: actual cost %d, want 0 to %d", actual, int64(MaxSettle))
 	}
-	if rc.IsZero() {
+	if rc.Policy == nil {
 		return nil
 	}
 	if !rc.claim() {

@@ -7,18 +7,20 @@ import (
 	"unicode/utf8"
 )
 
-// ProblemType is the "type" of the problem documents DefaultDeniedHandler
-// writes: the quota-exceeded problem type of
-// draft-ietf-httpapi-ratelimit-headers-11, registered by IANA, whose
-// member violated-policies names the exceeded policies. The members limit,
-// quota, window, identifier and retry_after are this package's (see
-// Problem).
-const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-
-// UnavailableProblemType is the "type" of the problem document of the 503
-// that FailClosed answers while the store fails: the
-// temporary-reduced-capacity problem type of the same draft.
-const UnavailableProblemType = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+// The "type" members of the problem documents a Limiter answers with.
+const (
+	// ProblemType is the "type" of the problem documents DefaultDeniedHandler
+	// writes: the quota-exceeded problem type of
+	// draft-ietf-httpapi-ratelimit-headers-11, registered by IANA, whose
+	// member violated-policies names the exceeded policies. The members limit,
+	// quota, window, identifier and retry_after are this package's (see
+	// Problem).
+	ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// UnavailableProblemType is the "type" of the problem document of the 503
+	// that FailClosed answers while the store fails: the
+	// temporary-reduced-capacity problem type of the same draft.
+	UnavailableProblemType = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
 
 // Problem is the RFC 9457 problem document DefaultDeniedHandler writes, as
 // JSON with the member names in the struct tags. Custom denied handlers
@@ -174,7 +176,7 @@ func writeLimit(b *strings.Builder, l *Limit, tokenBucket bool) {
 //
 // It sets Cache-Control: no-store and X-Content-Type-Options: nosniff. It
 // does not set the rate-limit headers or Retry-After: the Limiter writes
-// them (SetHeaders, SetRetryAfter) before calling it, so a replacement
+// them (SetHeaders) before calling it, so a replacement
 // handler need not either.
 func DefaultDeniedHandler() http.Handler { return deniedHandler }
 

@@ -25,7 +25,7 @@ func TestHandlerDenied(t *testing.T) {
 	retryAfterMatches := func(t *testing.T, w *httptest.ResponseRecorder) {
 		t.Helper()
 		want := http.Header{}
-		ratelimit.SetRetryAfter(want, h.last().Decision)
+		ratelimit.SetHeaders(want, ratelimit.HeadersIETF, h.last().Policy, h.last().Decision)
 		if got := w.Header().Get("Retry-After"); got != want.Get("Retry-After") || got == "" {
 			t.Errorf("Retry-After %q, want %q", got, want.Get("Retry-After"))
 		}

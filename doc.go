@@ -75,7 +75,7 @@
 // # Headers and the 429
 //
 // [WithHeaders] chooses the header styles ([HeadersIETF] by default);
-// [SetHeaders] and [SetRetryAfter] write them for your own handlers.
+// [SetHeaders] writes them for your own handlers.
 // [DefaultDeniedHandler] writes the 429 problem document ([Problem],
 // [NewProblem]); replace it with [WithDeniedHandler]. Handlers behind the
 // middleware read the decision with [FromContext], and every decision of

@@ -42,23 +42,6 @@ func (m FailureMode) String() string { return enumName(failureModeNames, uint8(m
 
 var failureModeNames = []string{"fail-open", "fail-closed"}
 
-// Defaults of WithTimeout and WithCircuitBreaker.
-const (
-	// DefaultTimeout is how long a Limiter waits for its store on each
-	// call unless WithTimeout says otherwise. A healthy Redis on the same
-	// network answers in well under a millisecond, so 100ms trips only
-	// when the store is in real trouble, while it caps what an outage
-	// adds to the latency of every request. Raise it for a store that is
-	// far away.
-	DefaultTimeout = 100 * time.Millisecond
-	// DefaultCircuitFailures is how many failures in a row open the
-	// store's circuit.
-	DefaultCircuitFailures = 5
-	// DefaultCircuitCooldown is how long an open circuit skips the store
-	// before a probe.
-	DefaultCircuitCooldown = time.Second
-)
-
 // failClosedRetryAfter is the Retry-After of the 503 answered by
 // FailClosed, and the RetryAfter of its Decision: store outages are
 // usually short, and the limiter gives up on a store within its timeout,

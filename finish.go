@@ -42,7 +42,7 @@ func (dc *decider) renew(ctx context.Context, r *http.Request, rc Receipt) {
 	}
 	_ = dc.op(ctx, r, rc.Policy, by, "renew", func(ctx context.Context) error {
 		n, err := rl.Renew(ctx, rc.holding())
-		if err == nil && !n.IsZero() {
+		if err == nil && n.Policy != nil {
 			n = n.claimed(by == byFallback)
 			rc.c.renewed.Store(&n)
 		}

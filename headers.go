@@ -55,10 +55,10 @@ const (
 	// clients written against that draft. With HeadersIETF also set,
 	// HeadersIETF's t is written.
 	HeadersDraft10
-)
 
-// HeadersNone writes no rate-limit headers.
-const HeadersNone HeaderStyle = 0
+	// HeadersNone writes no rate-limit headers.
+	HeadersNone HeaderStyle = 0
+)
 
 // Canonical header keys (as http.CanonicalHeaderKey spells them), so that
 // the map can be written directly and still be read with Header.Get.
@@ -77,8 +77,17 @@ const (
 )
 
 // SetHeaders writes the rate-limit headers of style for decision d of
-// policy p into h, replacing any values those headers had. The headers of
-// styles not selected are left alone.
+// policy p into h, replacing any values those headers had, and, for a
+// denial, Retry-After: what a Limiter writes for a request it decided
+// alone. The headers of styles not selected are left alone.
+//
+// Retry-After is RFC 9110 delay-seconds: d.RetryAfter rounded up to whole
+// seconds, at least 1 (a client told 0 would retry at once), and never
+// before the end of the effective window the RateLimit field's t states
+// (draft-11). It is not written when d.Allowed is true, when d.RetryAfter
+// is Never (the request's cost can never be admitted, so no wait helps)
+// or d.InFlight (every slot of a Concurrent limit is held: a slot frees
+// when a request ends, at no time to promise).
 //
 // It is safe with any input and never panics: with a nil h or HeadersNone
 // it does nothing; with a nil or empty p, or a d.Limit that is not an index
@@ -86,9 +95,17 @@ const (
 // (RateLimit-Policy is still written when p has limits). The zero Decision
 // describes limit 0 with nothing remaining and t=0. Decision.Limits is not
 // read, so it may be shorter than the policy.
-//
-// SetHeaders does not write Retry-After; see SetRetryAfter.
 func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
+	if h == nil || style&allStyles == HeadersNone {
+		return
+	}
+	setStyleFields(h, style, p, d)
+	setRetryAfter(h, d)
+}
+
+// setStyleFields writes the headers of style (not Retry-After) for
+// decision d of policy p into h, as SetHeaders says.
+func setStyleFields(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 	style &= allStyles
 	if h == nil || style == HeadersNone {
 		return
@@ -208,7 +225,7 @@ func writeFields(h http.Header, style HeaderStyle, p *Policy, d Decision, outer,
 		return
 	}
 	if !outer {
-		SetHeaders(h, style, p, d)
+		setStyleFields(h, style, p, d)
 	} else {
 		prevPolicy, prevRL := h.Values(hdrPolicy), h.Values(hdrRateLimit)
 		type trio struct{ lim, rem, reset []string }
@@ -216,7 +233,7 @@ func writeFields(h http.Header, style HeaderStyle, p *Policy, d Decision, outer,
 		for i, names := range [2][3]string{{hdrLimit, hdrRemaining, hdrReset}, {hdrXLimit, hdrXRemaining, hdrXReset}} {
 			prev[i] = trio{h.Values(names[0]), h.Values(names[1]), h.Values(names[2])}
 		}
-		SetHeaders(h, style, p, d)
+		setStyleFields(h, style, p, d)
 		// Draft-10 fields are lists: the outer Limiters' items first.
 		if style&(HeadersIETF|HeadersDraft10) != 0 {
 			for _, kv := range [...]struct {
@@ -244,7 +261,7 @@ func writeFields(h http.Header, style HeaderStyle, p *Policy, d Decision, outer,
 		if d.RetryAfter == Never {
 			h.Del(hdrRetryAfter) // waiting does not help; an outer dry run's value would mislead
 		} else {
-			SetRetryAfter(h, d)
+			setRetryAfter(h, d)
 		}
 	}
 }
@@ -281,17 +298,10 @@ func appendPolicyHeader(b []byte, limits []Limit, tokenBucket bool) []byte {
 	return b
 }
 
-// SetRetryAfter writes Retry-After into h for a denied decision, as RFC 9110
-// delay-seconds: d.RetryAfter rounded up to whole seconds, at least 1 (a
-// client told 0 would retry at once), and never before the end of the
-// effective window the RateLimit field's t states (draft-11). It replaces
-// any previous value.
-//
-// When d.Allowed is true, d.RetryAfter is Never (the request's cost can
-// never be admitted, so no wait helps) or d.InFlight (every slot of a
-// Concurrent limit is held: a slot frees when a request ends, at no time
-// to promise), it writes nothing and leaves h unchanged. A nil h is a no-op.
-func SetRetryAfter(h http.Header, d Decision) {
+// setRetryAfter writes Retry-After into h for a denied decision, as
+// SetHeaders says, replacing any previous value; otherwise it leaves h
+// unchanged.
+func setRetryAfter(h http.Header, d Decision) {
 	secs, ok := retryAfterSeconds(d)
 	if h == nil || !ok {
 		return
@@ -300,7 +310,7 @@ func SetRetryAfter(h http.Header, d Decision) {
 	h[hdrRetryAfter] = []string{string(strconv.AppendInt(stack[:0], secs, 10))}
 }
 
-// retryAfterSeconds is the delay SetRetryAfter writes for d, and false when
+// retryAfterSeconds is the delay setRetryAfter writes for d, and false when
 // it writes none.
 func retryAfterSeconds(d Decision) (int64, bool) {
 	if d.Allowed || d.RetryAfter == Never || d.InFlight {

@@ -8,8 +8,8 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 )
 
-// SetHeaders and SetRetryAfter write what a Limiter writes on its own; call
-// them directly when deciding with a Store in a custom handler.
+// SetHeaders writes what a Limiter writes on its own, Retry-After for a
+// denial included; call it when deciding with a Store in a custom handler.
 func ExampleSetHeaders() {
 	p := ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("api"))
 	// A denial by the per-minute limit: nothing left, the first unit back
@@ -27,7 +27,6 @@ func ExampleSetHeaders() {
 
 	h := http.Header{}
 	ratelimit.SetHeaders(h, ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit, p, d)
-	ratelimit.SetRetryAfter(h, d)
 	for _, k := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
 		fmt.Printf("%s: %s\n", k, h.Get(k))
 	}

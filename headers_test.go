@@ -743,7 +743,7 @@ func TestSetHeaders(t *testing.T) {
 			for k, v := range tc.before {
 				rec.Header()[k] = append([]string(nil), v...)
 			}
-			SetHeaders(rec.Header(), tc.style, tc.p, tc.d)
+			setStyleFields(rec.Header(), tc.style, tc.p, tc.d) // Retry-After: TestSetHeadersRetryAfter
 			rec.WriteHeader(http.StatusOK)
 			for _, check := range tc.checks {
 				check(t, rec)
@@ -754,7 +754,32 @@ func TestSetHeaders(t *testing.T) {
 
 func TestSetHeadersNilHeader(t *testing.T) {
 	SetHeaders(nil, allHeaderStyles, MustParsePolicy("1/s"), Decision{}) // must not panic
-	SetRetryAfter(nil, Decision{RetryAfter: time.Second})
+	setRetryAfter(nil, Decision{RetryAfter: time.Second})
+}
+
+// TestSetHeadersRetryAfter: SetHeaders writes Retry-After for a denial
+// (as setRetryAfter, pinned below), in every style but HeadersNone, and
+// none for an admission.
+func TestSetHeadersRetryAfter(t *testing.T) {
+	p := MustParsePolicy("10/s")
+	for i, c := range []struct {
+		style HeaderStyle
+		d     Decision
+		want  string
+	}{
+		{HeadersIETF, Decision{RetryAfter: 1500 * time.Millisecond}, "2"},
+		{HeadersDraft06, Decision{RetryAfter: time.Second}, "1"},
+		{HeadersXRateLimit | HeadersDraft10, Decision{RetryAfter: 3 * time.Second}, "3"},
+		{HeadersIETF, Decision{Allowed: true, RetryAfter: time.Second}, ""},
+		{HeadersIETF, Decision{RetryAfter: Never}, ""},
+		{HeadersNone, Decision{RetryAfter: time.Second}, ""},
+	} {
+		h := http.Header{}
+		SetHeaders(h, c.style, p, c.d)
+		if got := h.Get("Retry-After"); got != c.want {
+			t.Errorf("step %d: Retry-After %q, want %q", i, got, c.want)
+		}
+	}
 }
 
 // TestSetHeadersSharesNoSlices checks that the value slices handed to the
@@ -833,7 +858,6 @@ func FuzzSetHeaders(f *testing.F) {
 			h := http.Header{}
 			d := Decision{Limit: limit, Remaining: remaining, ResetAfter: time.Duration(reset), RefillAfter: time.Duration(reset / 2), RetryAfter: time.Duration(reset)}
 			SetHeaders(h, HeaderStyle(style), p, d)
-			SetRetryAfter(h, d)
 			for k, vals := range h {
 				if k != http.CanonicalHeaderKey(k) {
 					t.Errorf("key %q is not canonical", k)
@@ -856,10 +880,10 @@ func FuzzSetHeaders(f *testing.F) {
 }
 
 // ---------------------------------------------------------------------------
-// SetRetryAfter
+// Retry-After
 // ---------------------------------------------------------------------------
 
-func TestSetRetryAfter(t *testing.T) {
+func TestRetryAfter(t *testing.T) {
 	tests := []struct {
 		name   string
 		d      Decision
@@ -887,7 +911,7 @@ func TestSetRetryAfter(t *testing.T) {
 			if tc.before != "" {
 				rec.Header().Set("Retry-After", tc.before)
 			}
-			SetRetryAfter(rec.Header(), tc.d)
+			setRetryAfter(rec.Header(), tc.d)
 			rec.WriteHeader(http.StatusTooManyRequests)
 			for _, check := range tc.checks {
 				check(t, rec)

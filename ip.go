@@ -9,12 +9,6 @@ import (
 	"strings"
 )
 
-// UnknownIPKey is the key ByIP gives every request whose client address
-// cannot be determined (an empty or unparsable RemoteAddr, such as a Unix
-// socket peer). All such requests share this one bucket, so malformed
-// input can never escape the limit.
-const UnknownIPKey = "ip:unknown"
-
 // Work limits for forwarded headers: text beyond the rightmost
 // maxForwardedBytes of a header, and entries beyond the rightmost
 // maxForwardedHops, are never looked at.

@@ -364,7 +364,7 @@ func (t *leaseTable) expire(p *Policy, s *leaseSlot, key string, g *leaseGrant) 
 // goes to the hooks and the log, and to the caller.
 func (t *leaseTable) recharge(ctx context.Context, r *http.Request, p *Policy, g *leaseGrant, from, to int64) error {
 	rc := g.d.Receipt
-	if from == to || rc.IsZero() {
+	if from == to || rc.Policy == nil {
 		return nil
 	}
 	by := chargedBy(rc)

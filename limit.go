@@ -94,18 +94,6 @@ type Limit struct {
 	Concurrent bool
 }
 
-// PerSecond returns a Limit of rate per second.
-func PerSecond(rate int64) Limit { return Limit{Rate: rate, Period: time.Second} }
-
-// PerMinute returns a Limit of rate per minute.
-func PerMinute(rate int64) Limit { return Limit{Rate: rate, Period: time.Minute} }
-
-// PerHour returns a Limit of rate per hour.
-func PerHour(rate int64) Limit { return Limit{Rate: rate, Period: time.Hour} }
-
-// PerDay returns a Limit of rate per 24 hours.
-func PerDay(rate int64) Limit { return Limit{Rate: rate, Period: 24 * time.Hour} }
-
 // Concurrent returns a limit of n requests in flight at once ("5
 // concurrent" in ParsePolicy), for expensive endpoints: a request holds a
 // slot from its admission until it ends (the Handler releases it when the

@@ -60,14 +60,17 @@ type StoreEvent struct {
 	// Err is the call's error, nil when it succeeded. Its text is for logs:
 	// it may carry server addresses, never keys.
 	Err error
+	// ErrorKind classifies Err for metric labels: "" (no error),
+	// "timeout" (the store did not answer within the Limiter's timeout),
+	// "circuit_open", "invalid_request", "unsupported" or "error"
+	// (anything else: connection errors, error replies, a Cluster
+	// master's open circuit).
+	ErrorKind string
 }
 
-// ErrorKind classifies Err for metric labels: "" (no error), "timeout"
-// (the store did not answer within the Limiter's timeout),
-// "circuit_open", "invalid_request", "unsupported" or "error" (anything
-// else: connection errors, error replies, a Cluster master's open circuit).
-func (e StoreEvent) ErrorKind() string {
-	switch err := e.Err; {
+// errorKind is StoreEvent.ErrorKind for err.
+func errorKind(err error) string {
+	switch {
 	case err == nil:
 		return ""
 	case errors.Is(err, ErrCircuitOpen):

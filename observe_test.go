@@ -73,7 +73,7 @@ func TestObservers(t *testing.T) {
 		}
 		var kinds []string
 		for _, e := range o.stores {
-			kinds = append(kinds, e.Op+":"+e.ErrorKind())
+			kinds = append(kinds, e.Op+":"+e.ErrorKind)
 		}
 		if got := strings.Join(kinds, " "); got != "take: take: take:error take:error take:circuit_open take:" {
 			t.Fatalf("store events %q", got)

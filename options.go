@@ -12,6 +12,33 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/breaker"
 )
 
+// Defaults: what a Limiter uses where it was given nothing.
+const (
+	// DefaultPolicyName is the name of a policy built without a name.
+	DefaultPolicyName = "default"
+	// UnknownIPKey is the key ByIP gives every request whose client
+	// address cannot be determined (an empty or unparsable RemoteAddr,
+	// such as a Unix socket peer). All such requests share this one
+	// bucket, so malformed input can never escape the limit.
+	UnknownIPKey = "ip:unknown"
+	// DefaultTimeout is how long a Limiter waits for its store on each
+	// call unless WithTimeout says otherwise. A healthy Redis on the same
+	// network answers in well under a millisecond, so 100ms trips only
+	// when the store is in real trouble, while it caps what an outage
+	// adds to the latency of every request. Raise it for a store that is
+	// far away.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultCircuitFailures is how many failures in a row open the
+	// store's circuit (WithCircuitBreaker).
+	DefaultCircuitFailures = 5
+	// DefaultCircuitCooldown is how long an open circuit skips the store
+	// before a probe (WithCircuitBreaker).
+	DefaultCircuitCooldown = time.Second
+	// DefaultMaxHeld is how many requests one Limiter holds at once
+	// unless WithMaxHeld says otherwise.
+	DefaultMaxHeld = 1024
+)
+
 // An Option configures a Limiter built by New. Options are applied in
 // order; when one is given twice, the last wins. An invalid argument makes
 // New return an error.
@@ -329,10 +356,6 @@ func WithIdempotencyKey(header string) Option {
 func WithSkip(fn func(r *http.Request) bool) Option {
 	return required("WithSkip", "function", fn, func(c *config) { c.skip = fn })
 }
-
-// DefaultMaxHeld is how many requests one Limiter's Handler holds at once
-// unless WithMaxHeld says otherwise.
-const DefaultMaxHeld = 1024
 
 // holdBelow is the default hold: waits below one second, what Retry-After
 // cannot say.

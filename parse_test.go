@@ -11,14 +11,14 @@ func TestParsePolicy(t *testing.T) {
 		in   string
 		want []Limit // Rate and Period only
 	}{
-		{"10/s, 120/m, 240/h", []Limit{PerSecond(10), PerMinute(120), PerHour(240)}},
-		{"10/second;120/minute", []Limit{PerSecond(10), PerMinute(120)}},
+		{"10/s, 120/m, 240/h", []Limit{perSecond(10), perMinute(120), perHour(240)}},
+		{"10/second;120/minute", []Limit{perSecond(10), perMinute(120)}},
 		{"1000/24h", []Limit{{Rate: 1000, Period: 24 * time.Hour}}},
-		{"5/1d", []Limit{PerDay(5)}},
+		{"5/1d", []Limit{perDay(5)}},
 		{" 3 / 15m ; 7/2 hours ", []Limit{{Rate: 3, Period: 15 * time.Minute}, {Rate: 7, Period: 2 * time.Hour}}},
 		{"100/500ms", []Limit{{Rate: 100, Period: 500 * time.Millisecond}}},
 		{"9/1m30s", []Limit{{Rate: 9, Period: 90 * time.Second}}},
-		{"1/Sec,2/MIN", []Limit{PerSecond(1), PerMinute(2)}},
+		{"1/Sec,2/MIN", []Limit{perSecond(1), perMinute(2)}},
 	}
 	for _, c := range cases {
 		p, err := ParsePolicy(c.in)
@@ -100,3 +100,9 @@ func FuzzParsePolicy(f *testing.F) {
 		}
 	})
 }
+
+// perSecond, perMinute, perHour and perDay are Limits of rate per period.
+func perSecond(rate int64) Limit { return Limit{Rate: rate, Period: time.Second} }
+func perMinute(rate int64) Limit { return Limit{Rate: rate, Period: time.Minute} }
+func perHour(rate int64) Limit   { return Limit{Rate: rate, Period: time.Hour} }
+func perDay(rate int64) Limit    { return Limit{Rate: rate, Period: 24 * time.Hour} }

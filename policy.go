@@ -42,9 +42,6 @@ type Policy struct {
 	header atomic.Pointer[string]
 }
 
-// DefaultPolicyName is the name of a policy built without a name.
-const DefaultPolicyName = "default"
-
 // NewPolicy validates limits and returns a Policy. name labels the policy in
 // headers and store keys: 1 to 64 characters from [A-Za-z0-9_.-]; empty
 // means DefaultPolicyName. Errors say which limit is wrong and why. For a

@@ -27,7 +27,7 @@ func ExampleBlockFor() {
 // penalty: limits named by default take the new name, and the copy's
 // counters are its own.
 func ExamplePolicy_With() {
-	api, _ := ratelimit.NewPolicy("api", ratelimit.SlidingWindow, ratelimit.PerMinute(5))
+	api, _ := ratelimit.NewPolicy("api", ratelimit.SlidingWindow, ratelimit.Limit{Rate: 5, Period: time.Minute})
 	login, err := api.With(ratelimit.Named("login"), ratelimit.BlockFor(15*time.Minute))
 	if err != nil {
 		fmt.Println(err)

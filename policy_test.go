@@ -16,9 +16,9 @@ func TestNewPolicyValidation(t *testing.T) {
 		limits   []Limit
 		wantText string
 	}{
-		{"bad name!", SlidingWindow, []Limit{PerSecond(1)}, "not one of"},
-		{strings.Repeat("n", 65), SlidingWindow, []Limit{PerSecond(1)}, "1 to 64"},
-		{"x", Algorithm(9), []Limit{PerSecond(1)}, "unknown algorithm"},
+		{"bad name!", SlidingWindow, []Limit{perSecond(1)}, "not one of"},
+		{strings.Repeat("n", 65), SlidingWindow, []Limit{perSecond(1)}, "1 to 64"},
+		{"x", Algorithm(9), []Limit{perSecond(1)}, "unknown algorithm"},
 		{"x", SlidingWindow, nil, "no limits"},
 		{"x", SlidingWindow, []Limit{{Rate: 1, Period: time.Second, Precision: 7}}, "whole microseconds"},
 		{"x", SlidingWindow, []Limit{{Rate: 1, Period: 10 * time.Millisecond, Precision: 20}}, "shorter than 1ms"},
@@ -35,7 +35,7 @@ func TestNewPolicyValidation(t *testing.T) {
 		{"x", SlidingLog, []Limit{{Rate: MaxLogRate + 1, Period: time.Hour}}, "at most 1000"},
 		{"x", SlidingLog, []Limit{{Rate: 5, Period: time.Hour, Precision: 5}}, "sliding window only"},
 		{"x", SlidingWindowApprox, []Limit{{Rate: 5, Period: time.Hour, Burst: 5}}, "token bucket only"},
-		{"x", Algorithm(5), []Limit{PerSecond(1)}, "unknown algorithm"},
+		{"x", Algorithm(5), []Limit{perSecond(1)}, "unknown algorithm"},
 		{"x", SlidingWindow, []Limit{{Rate: 1, Period: time.Second, Name: "a b"}}, "name"},
 		{"x", SlidingWindow, []Limit{{Rate: 1, Period: time.Second, Name: "n"}, {Rate: 1, Period: time.Minute, Name: "n"}}, "duplicate name"},
 	}

@@ -165,7 +165,8 @@ type Decision struct {
 // Copies of a Receipt a Limiter returned share one claim, so that a charge
 // is refunded or settled at most once in a process, whoever asks.
 type Receipt struct {
-	// Policy is the policy charged under.
+	// Policy is the policy charged under; nil when the Receipt stands for
+	// no charge (a denial, a Decision of no store).
 	Policy *Policy
 	// Keys are the keys charged (the store keeps them: do not modify).
 	Keys []string
@@ -192,13 +193,10 @@ type claim struct {
 	adjust func(ctx context.Context, r *http.Request, delta int64) error
 }
 
-// IsZero reports whether r stands for no charge.
-func (r Receipt) IsZero() bool { return r.Policy == nil }
-
 // claimed returns r with a claim of its own when it has none: the
 // charge of the Limiter's store, or of its fallback.
 func (r Receipt) claimed(fallback bool) Receipt {
-	if !r.IsZero() && r.c == nil {
+	if r.Policy != nil && r.c == nil {
 		r.c = &claim{fallback: fallback}
 	}
 	return r
@@ -210,7 +208,7 @@ func (r Receipt) claimed(fallback bool) Receipt {
 // it is claimed every time.
 func (r Receipt) claim() bool {
 	if r.c == nil {
-		return !r.IsZero()
+		return r.Policy != nil
 	}
 	return r.c.done.CompareAndSwap(false, true)
 }

@@ -32,7 +32,7 @@ func (m *metrics) ObserveDecision(e ratelimit.DecisionEvent) {
 }
 
 func (m *metrics) ObserveStore(e ratelimit.StoreEvent) {
-	if k := e.ErrorKind(); k != "" {
+	if k := e.ErrorKind; k != "" {
 		m.mu.Lock()
 		m.errors[k]++
 		m.mu.Unlock()

@@ -23,7 +23,7 @@ func main() {
 	}
 	show(p)
 	p, err = ratelimit.NewPolicy("free", ratelimit.SlidingWindow,
-		ratelimit.PerMinute(20), ratelimit.Limit{Rate: 200, Period: time.Hour, Precision: 12})
+		ratelimit.Limit{Rate: 20, Period: time.Minute}, ratelimit.Limit{Rate: 200, Period: time.Hour, Precision: 12})
 	if err != nil {
 		log.Fatal(err)
 	}

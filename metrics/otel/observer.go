@@ -318,7 +318,7 @@ func (o *Observer) ObserveStore(ev ratelimit.StoreEvent) {
 	if ev.Fallback {
 		store = "fallback"
 	}
-	kind := ev.ErrorKind()
+	kind := ev.ErrorKind
 	ctx := context.Background()
 	if kind != "circuit_open" {
 		o.duration.Record(ctx, ev.Duration.Seconds(), o.option(optKey{kind: 's', a: ev.Op, b: store}))

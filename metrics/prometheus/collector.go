@@ -344,7 +344,7 @@ func (c *Collector) ObserveStore(ev ratelimit.StoreEvent) {
 	if ev.Fallback {
 		store = storeFallback
 	}
-	kind := ev.ErrorKind()
+	kind := ev.ErrorKind
 	if kind != "circuit_open" {
 		c.duration.WithLabelValues(ev.Op, store).Observe(ev.Duration.Seconds())
 	}

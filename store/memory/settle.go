@@ -14,7 +14,7 @@ func (m *Store) Settle(ctx context.Context, r ratelimit.Receipt, actual int64) e
 	switch {
 	case err != nil:
 		return err
-	case !back.IsZero():
+	case back.Policy != nil:
 		return m.Refund(ctx, back)
 	case debt.Policy != nil:
 		_, err = m.do(ctx, debt, verdict.Call{Cost: debt.Cost, Force: true})

@@ -17,7 +17,7 @@ func (r *Store) Settle(ctx context.Context, rc ratelimit.Receipt, actual int64) 
 	switch {
 	case err != nil:
 		return err
-	case !back.IsZero():
+	case back.Policy != nil:
 		return r.Refund(ctx, back)
 	case debt.Policy == nil:
 		return nil

@@ -187,7 +187,7 @@ func HoldUS(d time.Duration) int64 {
 // their rules (per key, the time of the charge, the key's refund count
 // then and one mark per limit). The zero Receipt has no error.
 func Charge(r ratelimit.Receipt) (ratelimit.Receipt, error) {
-	if r.IsZero() {
+	if r.Policy == nil {
 		return r, nil
 	}
 	if err := storekit.Validate(ratelimit.Request{Policy: r.Policy, Keys: r.Keys}); err != nil {
