@@ -27,6 +27,8 @@
 //     [Limiter.AllowUpTo] grants what is left of a quota.
 //   - [Limiter.Refund] gives a charge back ([WithRefundIf] does it by the
 //     response's status); [Limiter.Reset] forgets keys.
+//   - [Limiter.Serve] decides a request of another transport (a [Call]:
+//     the grpc module's interceptors) in the Handler's steps.
 //
 // A Limiter is safe for concurrent use.
 //
@@ -70,7 +72,8 @@
 // the number of limits and identifiers, using Redis's own clock) and
 // store.NewMemory (one process; the same decisions; also the fallback the
 // Redis store names for when Redis fails). Your own store implements
-// [Store], and [FallbackStore] if it can fail and has a fallback to name.
+// [Store], and the optional interfaces of package store/storekit it can
+// (storekit.FallbackStore if it can fail and has a fallback to name).
 //
 // # Headers and the 429
 //
@@ -84,7 +87,7 @@
 // # When the store fails
 //
 // Each store call has a budget ([WithTimeout], 100ms by default). Then a
-// fallback store decides: by default the store's own ([FallbackStore]; the
+// fallback store decides: by default the store's own (storekit.FallbackStore; the
 // Redis store names a memory store, so each server keeps limiting on its
 // own and a fleet of N servers admits up to N times the limit while Redis
 // is down), or the one [WithFallback] sets. When no store can decide, the
@@ -98,4 +101,26 @@
 // starts, a summary a minute, when it ends. The Redis store's errors name
 // their cause (a refused connection behind a timeout), and its Ping method
 // checks the servers at startup.
+//
+// # Layout
+//
+// A request walks the package's files in one direction. middleware.go is
+// the net/http front (Handler) and calls.go the others (Allow, Wait,
+// AllowUpTo, Serve, Refund, Settle, Release); both hand a request to
+// limiter.go, whose journey type is a request's one way through a
+// Limiter: begin picks its keys (identity.go, ip.go), policy and cost;
+// decideOrHold asks for a decision (decide.go: the store, the fallback,
+// the failure mode, with a typed decidedBy; lease_grants.go for a leased
+// policy) and holds a short wait; the fields go into the answer
+// (headers.go), a refusal is told to the Limiters outside (context.go);
+// execute (finish.go) runs a served request and finishes it once by
+// outcome: a refund, a settle, its slots released. Below them: the policy
+// (limit.go, policy.go, parse.go, lease.go, algorithm.go), the store's
+// contract (store.go), outcomes and observers (outcome.go, observe.go),
+// failure modes and the outage log (failure.go), the 429 (denied.go) and
+// the options (options.go). The stores live under store/, each in its own
+// package, with their shared helpers under store/internal; internal/
+// holds the storage layout both sides derive from a policy
+// (internal/layout), the circuit breaker and, under internal/testkit, the
+// kits the tests run on; nothing in internal/ imports this package.
 package ratelimit

@@ -299,7 +299,7 @@ func WithHeaders(style HeaderStyle) Option {
 // when its turn comes, with headers describing the state at that time;
 // beyond d it gets 429 as without the option. A client that disconnects
 // while held gives its place back (its charge is refunded). Where the
-// policy can reserve (Policy.Reserves: exact logs and the token bucket),
+// policy can reserve (exact logs and the token bucket; docs/recipes.md),
 // the place in line is reserved in the store call itself: held requests
 // are served in order and never more than the limit admits at the time
 // each is served. Under other policies (sub-buckets, fixed window,

@@ -35,7 +35,7 @@ const (
 	DefaultPrefix, DefaultBatching           = redis.DefaultPrefix, redis.DefaultBatching
 	DefaultNodeBatching                      = redis.DefaultNodeBatching
 	DefaultNodeFailures, DefaultNodeCooldown = redis.DefaultNodeFailures, redis.DefaultNodeCooldown
-	DefaultDenyCacheMaxHold                  = denycache.DefaultMaxHold
+	DefaultMaxHold                           = denycache.DefaultMaxHold
 )
 
 // ErrNodeUnavailable is wrapped by the error of a call to a Cluster master
@@ -79,12 +79,10 @@ func NewDenyCache(inner ratelimit.Store, opts ...DenyCacheOption) *DenyCache {
 	return denycache.New(inner, opts...)
 }
 
-// WithDenyCacheSize bounds the denials remembered; see denycache.WithSize.
-func WithDenyCacheSize(n int) DenyCacheOption { return denycache.WithSize(n) }
+// WithSize bounds the denials a DenyCache remembers; see
+// denycache.WithSize.
+func WithSize(n int) DenyCacheOption { return denycache.WithSize(n) }
 
-// WithDenyCacheMaxHold bounds how long one denial is held; see
-// denycache.WithMaxHold.
-func WithDenyCacheMaxHold(d time.Duration) DenyCacheOption { return denycache.WithMaxHold(d) }
-
-// WithDenyCacheClock sets the deny cache's clock; see denycache.WithClock.
-func WithDenyCacheClock(now func() time.Time) DenyCacheOption { return denycache.WithClock(now) }
+// WithMaxHold bounds how long a DenyCache holds one denial; see
+// denycache.WithMaxHold. (Its clock, for tests: denycache.WithClock.)
+func WithMaxHold(d time.Duration) DenyCacheOption { return denycache.WithMaxHold(d) }

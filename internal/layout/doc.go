@@ -29,7 +29,7 @@
 //	         rate reads it in (token.go)
 //	Approx   the window index, its cost, and the previous window's
 //
-// Pending reservations (ratelimit.Reserver) are admissions whose release
+// Pending reservations (storekit.Reserver) are admissions whose release
 // time lies ahead of MemTime: each is a release time and a cost, kept in
 // order of release, shared by every limit of the identity (only a Log and
 // a Token reserve; in Redis, the field HashPending, PendingDigits each).

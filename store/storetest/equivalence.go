@@ -17,7 +17,7 @@ import (
 // every fourth trace the policy has a Concurrent limit as well, and steps
 // release and renew earlier charges' slots.
 // In every fourth trace (another one) the policy is a leased policy's
-// counters (storekit.LeaseCounters), and leases recorded ahead of now
+// counters (the leased policy's own ID), and leases recorded ahead of now
 // (storekit.Leaser) of random holds mix with every other step.
 // Every third trace is one of the guarantee checker's crowded lines of
 // reservations, partial grants, refunds and settles on several keys. In every
