@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,20 +36,29 @@ func details(err error) (*errdetails.RetryInfo, *errdetails.QuotaFailure) {
 
 // TestUnaryAdmitsTheRate: a client calling a 5/s method as fast as it can,
 // through a real listener, is admitted 5 a second; every other call ends
-// with ResourceExhausted, a RetryInfo of the wait, a QuotaFailure naming
-// the limit and the rate-limit fields as header metadata. On memory,
-// miniredis and a real Redis, each on a controlled clock.
+// with ResourceExhausted in a trailers-only response (no header metadata:
+// a retry policy may retry it): a RetryInfo of the wait, as
+// grpc-retry-pushback-ms in the trailer too, at least the store's
+// Retry-After and each refusal's a place (200ms) after the one before, a
+// QuotaFailure naming the limit and the rate-limit fields in the
+// trailer. On memory, miniredis and a real Redis, each on a controlled
+// clock.
 func TestUnaryAdmitsTheRate(t *testing.T) {
 	for name, backend := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			s, clk := backend(t)
 			lim := newLimiter(t, s, ratelimit.MustParsePolicy("5/s", ratelimit.Named("check")))
 			client, _ := serve(t, lim)
+			// The refusals' places: a refusal happens between its call's
+			// start and end, so the latest a place can be is its call's
+			// end plus its wait, the earliest its start plus its wait.
+			var lastEarliest time.Time
 			for sec := range 3 {
 				admitted := 0
 				for call := range 12 {
-					var md metadata.MD
-					_, err := client.Check(background(), &healthpb.HealthCheckRequest{}, grpc.Header(&md))
+					started := time.Now()
+					var md, tr metadata.MD
+					_, err := client.Check(background(), &healthpb.HealthCheckRequest{}, grpc.Header(&md), grpc.Trailer(&tr))
 					if err == nil {
 						admitted++
 						if got := md.Get("ratelimit-policy"); len(got) != 1 || got[0] != `"check-1s";q=5;w=1` {
@@ -59,18 +69,29 @@ func TestUnaryAdmitsTheRate(t *testing.T) {
 					if status.Code(err) != codes.ResourceExhausted {
 						t.Fatalf("second %d call %d: %v, want ResourceExhausted", sec, call, err)
 					}
-					ri, qf := details(err)
-					if ri == nil || ri.RetryDelay.AsDuration() != time.Second {
-						t.Errorf("second %d call %d: RetryInfo %v, want 1s", sec, call, ri)
+					if len(md) != 0 {
+						t.Errorf("second %d call %d: a refusal sent header metadata %v: not trailers-only", sec, call, md)
 					}
+					ri, qf := details(err)
+					if ri == nil || ri.RetryDelay.AsDuration() < time.Second-10*time.Millisecond {
+						t.Fatalf("second %d call %d: RetryInfo %v, want at least the store's 1s", sec, call, ri)
+					}
+					wait := ri.RetryDelay.AsDuration()
+					if got, want := tr.Get("grpc-retry-pushback-ms"), strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10); len(got) != 1 || got[0] != want {
+						t.Errorf("second %d call %d: grpc-retry-pushback-ms %q, want %s (the RetryInfo's)", sec, call, got, want)
+					}
+					if latest := time.Now().Add(wait); !lastEarliest.IsZero() && latest.Sub(lastEarliest) < 200*time.Millisecond {
+						t.Errorf("second %d call %d: told to come back at most %s after the refusal before, want a place of its own (200ms)", sec, call, latest.Sub(lastEarliest))
+					}
+					lastEarliest = started.Add(wait)
 					if qf == nil || len(qf.Violations) != 1 || qf.Violations[0].Subject != "check-1s" {
 						t.Errorf("second %d call %d: QuotaFailure %v", sec, call, qf)
 					}
-					if got := md.Get("retry-after"); len(got) != 1 || got[0] != "1" {
-						t.Errorf("second %d call %d: retry-after metadata %q", sec, call, got)
+					if got := tr.Get("retry-after"); len(got) != 1 || got[0] != "1" {
+						t.Errorf("second %d call %d: retry-after trailer %q", sec, call, got)
 					}
-					if got := md.Get("ratelimit"); len(got) != 1 || !strings.HasPrefix(got[0], `"check-1s";r=0`) {
-						t.Errorf("second %d call %d: ratelimit metadata %q", sec, call, got)
+					if got := tr.Get("ratelimit"); len(got) != 1 || !strings.HasPrefix(got[0], `"check-1s";r=0`) {
+						t.Errorf("second %d call %d: ratelimit trailer %q", sec, call, got)
 					}
 				}
 				if admitted != 5 {

@@ -12,6 +12,7 @@ type Option func(*config)
 
 type config struct {
 	skip map[string]bool
+	line line // the places promised to refused calls' retries
 }
 
 func newConfig(opts []Option) *config {

@@ -3,7 +3,6 @@ package ratelimitgrpc
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -31,9 +30,13 @@ func metadataOf(h http.Header) metadata.MD {
 	return md
 }
 
+// failClosedWait is the wait FailClosed's Unavailable promises, as its
+// 503's Retry-After does.
+const failClosedWait = time.Second
+
 // refused is the status of a call the Limiter did not serve: res is its
-// Result, fields the rate-limit fields of the refusal.
-func refused(ctx context.Context, res ratelimit.Result, fields http.Header) error {
+// Result, wait the wait it was told (0: none promised).
+func refused(ctx context.Context, res ratelimit.Result, wait time.Duration) error {
 	var code codes.Code
 	var msg string
 	switch res.Outcome {
@@ -48,8 +51,8 @@ func refused(ctx context.Context, res ratelimit.Result, fields http.Header) erro
 		return status.Error(codes.Internal, "ratelimit: the limiter served nothing")
 	}
 	var details []protoadapt.MessageV1
-	if secs, err := strconv.Atoi(fields.Get("Retry-After")); err == nil && secs >= 0 {
-		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)})
+	if wait > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
 	}
 	if name := limitName(res); name != "" && code == codes.ResourceExhausted {
 		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: name, Description: msg}}})

@@ -1,0 +1,6 @@
+//go:build !race
+
+package ratelimitgrpc_test
+
+// raceDetector reports that the tests run under -race.
+const raceDetector = false
