@@ -2,13 +2,3 @@ module github.com/ratelimitkit/ratelimit/client
 
 go 1.23
 
-require github.com/ratelimitkit/ratelimit v0.0.0-00010101000000-000000000000
-
-require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
-	github.com/redis/go-redis/v9 v9.18.0 // indirect
-	go.uber.org/atomic v1.11.0 // indirect
-)
-
-replace github.com/ratelimitkit/ratelimit => ..

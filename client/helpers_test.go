@@ -5,16 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/client"
-	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Servers for the unit tests: in-process http.RoundTrippers, on a clock the
@@ -162,70 +159,69 @@ type closeTracker struct {
 func (c *closeTracker) Close() error { c.closed.Store(true); return nil }
 
 // limited is this project's Limiter serving a route, in process: every
-// request comes from one client IP.
+// limited is an in-process server that limits as this project's Limiter
+// limits a route of policy "hello" (a window of quota requests, exact:
+// no more than quota in any window; holding off), and writes what it
+// writes: RateLimit-Policy and RateLimit (draft-11, t rounded down) on
+// every answer, Retry-After (rounded up) on a 429. It reads the time from
+// now. (The client module needs only the standard library: the tests
+// against the Limiter itself live in client/limitertest.)
 type limited struct {
-	handler  http.Handler
+	now      func() time.Time
+	quota    int
+	window   time.Duration
+	mu       sync.Mutex
+	times    []time.Time // admissions within the last window, oldest first
 	admitted atomic.Int64
 	denied   atomic.Int64
 }
 
-// newLimited serves policy (named "hello") on the memory store, reading
-// the time from now; holding is off, so a request the policy refuses gets
-// 429 at once.
+// newLimited serves quota requests per window ("10/s": quota 10, window
+// 1s), reading the time from now (time.Now when nil).
 func newLimited(t testing.TB, policy string, now func() time.Time) *limited {
 	t.Helper()
-	st := store.NewMemory()
-	if now != nil {
-		st = store.NewMemory(store.WithClock(now))
+	var quota int
+	var unit string
+	if _, err := fmt.Sscanf(policy, "%d/%s", &quota, &unit); err != nil || unit != "s" || quota < 1 {
+		t.Fatalf("newLimited: %q: want N/s", policy)
 	}
-	lim, err := ratelimit.New(st, ratelimit.MustParsePolicy(policy, ratelimit.Named("hello")), ratelimit.WithMaxDelay(0))
-	if err != nil {
-		t.Fatal(err)
+	if now == nil {
+		now = time.Now
 	}
-	l := &limited{}
-	inner := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		l.admitted.Add(1)
-		fmt.Fprintln(w, "hello")
-	}))
-	l.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &statusRecorder{ResponseWriter: w}
-		inner.ServeHTTP(rec, r)
-		if rec.status == http.StatusTooManyRequests {
-			l.denied.Add(1)
-		}
-	})
-	return l
+	return &limited{now: now, quota: quota, window: time.Second}
 }
 
-// RoundTrip serves req in process, as from 192.0.2.1.
+// RoundTrip answers req in process.
 func (l *limited) RoundTrip(req *http.Request) (*http.Response, error) {
-	r := req.Clone(req.Context())
-	r.RemoteAddr = "192.0.2.1:4242"
-	rec := httptest.NewRecorder()
-	l.handler.ServeHTTP(rec, r)
 	if req.Body != nil {
+		io.Copy(io.Discard, req.Body)
 		req.Body.Close()
 	}
-	return rec.Result(), nil
-}
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
+	l.mu.Lock()
+	now := l.now()
+	for len(l.times) > 0 && !l.times[0].After(now.Add(-l.window)) {
+		l.times = l.times[1:]
 	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
+	h := http.Header{}
+	h.Set("RateLimit-Policy", fmt.Sprintf(`"hello";q=%d;w=%d`, l.quota, int64(l.window/time.Second)))
+	status := http.StatusOK
+	if len(l.times) < l.quota {
+		l.times = append(l.times, now)
+		l.admitted.Add(1)
+	} else {
+		status = http.StatusTooManyRequests
+		l.denied.Add(1)
 	}
-	return s.ResponseWriter.Write(b)
+	r, t := l.quota-len(l.times), time.Duration(0)
+	if r == 0 {
+		t = l.times[0].Add(l.window).Sub(now) // until the oldest leaves the window
+	}
+	h.Set("RateLimit", fmt.Sprintf(`"hello";r=%d;t=%d`, r, int64(t/time.Second)))
+	if status == http.StatusTooManyRequests {
+		h.Set("Retry-After", fmt.Sprint(max(int64((t+time.Second-1)/time.Second), 1)))
+	}
+	l.mu.Unlock()
+	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader("hello\n")), Request: req}, nil
 }
 
 // get sends GET url through rt with ctx, returning the status (0 on an

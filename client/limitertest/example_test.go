@@ -1,4 +1,4 @@
-package client_test
+package limitertest_test
 
 import (
 	"context"

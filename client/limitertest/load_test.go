@@ -1,4 +1,4 @@
-package client_test
+package limitertest_test
 
 import (
 	"context"
@@ -27,7 +27,7 @@ type loadRun struct {
 // lets it, for d.
 func runLoad(t *testing.T, rt http.RoundTripper, workers int, d time.Duration) loadRun {
 	t.Helper()
-	lim := newLimited(t, "10/s, 120/m, 240/h", nil)
+	lim := newLimited(t, "10/s, 120/m, 240/h")
 	ts := httptest.NewServer(lim.handler)
 	defer ts.Close()
 	hc := &http.Client{Transport: rt}
