@@ -32,8 +32,7 @@
 //
 // A Limiter is safe for concurrent use.
 //
-//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-//	st, err := store.NewRedis(client) // or store.NewMemory() for one process
+//	st, err := store.NewRedisURL("redis://127.0.0.1:6379/0") // or store.NewMemory() for one process
 //	...
 //	lim, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m, 240/h"))
 //	...

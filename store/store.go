@@ -47,6 +47,14 @@ func NewRedis(client goredis.UniversalClient, opts ...RedisOption) (*Redis, erro
 	return redis.New(client, opts...)
 }
 
+// NewRedisURL returns a store on a client of its own for the Redis that
+// url names ("redis://host:6379/0", "rediss://" for TLS), with the
+// fail-fast options the README recommends; see redis.NewFromURL. The
+// store's Close closes that client.
+func NewRedisURL(url string, opts ...RedisOption) (*Redis, error) {
+	return redis.NewFromURL(url, opts...)
+}
+
 // WithPrefix sets the Redis key prefix; see redis.WithPrefix.
 func WithPrefix(prefix string) RedisOption { return redis.WithPrefix(prefix) }
 

@@ -1,35 +1,33 @@
 // Command chi is the README's quick start with chi: one policy for the
-// /api routes, counters shared through Redis at 127.0.0.1:6379.
+// /api routes, counters shared through the Redis that REDIS_URL names
+// (127.0.0.1:6379 when unset).
 //
-//	go run ./_example/chi
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./_example/chi
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store"
 )
 
 func main() {
-	client := redis.NewClient(&redis.Options{
-		Addr:                  "127.0.0.1:6379",
-		ContextTimeoutEnabled: true,             // let the limiter's timeout reach the socket
-		DialerRetries:         1,                // while Redis is down, fail fast: one dial per new connection,
-		DialerRetryTimeout:    time.Millisecond, // no pause after a failed dial,
-		MaxRetries:            -1,               // and no command retries within the timeout
-	})
-	st, err := store.NewRedis(client)
+	// "redis://[user:password@]host:port/db", "rediss://" for TLS; the client
+	// fails fast while Redis is down (see the production checklist).
+	st, err := store.NewRedisURL(cmp.Or(os.Getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"))
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer st.Close()
 	// Say at startup where the counters live, or why Redis does not answer.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	info, err := st.Ping(ctx)

@@ -50,6 +50,7 @@ var _ storekit.Leaser = (*Store)(nil)
 // to share with other data: keys are namespaced by the prefix.
 type Store struct {
 	client      goredis.UniversalClient
+	owned       bool // NewFromURL made client: Close closes it
 	cluster     bool
 	ctxHonored  bool // the client enforces context deadlines itself
 	prefix      string
