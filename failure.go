@@ -199,10 +199,16 @@ func (o *outageLog) open(ctx context.Context, now int64, by decidedBy, p *Policy
 	o.lastLine.Store(now)
 	o.active.Store(true)
 	o.mu.Unlock()
+	// Who decides now, and what the failure mode does should that fail
+	// too: "failure_mode=fail-closed" beside a fallback read as if the
+	// process refused requests while its fallback decided them.
+	decides := []slog.Attr{slog.String("deciding", "failure mode"), slog.String("failure_mode", o.mode.String())}
+	if o.fallback {
+		decides = []slog.Attr{slog.String("deciding", "fallback store"), slog.String("if_the_fallback_fails", o.mode.String())}
+	}
 	o.logger.LogAttrs(ctx, slog.LevelError, "ratelimit: store failing; "+o.action()+" until it answers again",
 		slog.String("store", by.String()), slog.String("policy", policyName(p)),
-		slog.String("failure_mode", o.mode.String()), slog.Bool("fallback", o.fallback),
-		slog.Any("error", err))
+		decides[0], decides[1], slog.Any("error", err))
 }
 
 // action says what the Limiter does while its store fails.
