@@ -161,15 +161,15 @@ func (dc *decider) storeOf(by decidedBy) Store {
 // have seen it.
 func (dc *decider) call(ctx context.Context, r *http.Request, by decidedBy, a ask) (Decision, error) {
 	s := dc.storeOf(by)
+	var start time.Time // before the timeout starts: a call that times out took at least it
+	if len(dc.observers) > 0 {
+		start = time.Now()
+	}
 	cctx := context.WithoutCancel(ctx)
 	if _, isLocal := s.(local); !isLocal {
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(cctx, dc.timeout)
 		defer cancel()
-	}
-	var start time.Time
-	if len(dc.observers) > 0 {
-		start = time.Now()
 	}
 	req := Request{Policy: a.policy, Keys: a.keys, Cost: a.cost, ID: a.id}
 	var d Decision

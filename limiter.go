@@ -200,6 +200,10 @@ type journey struct {
 	// whatever the store answered; Allow and Wait report the answer as is.
 	serves bool
 	frame  *frame // the request's frame in ctx, once admitted
+	// held is how long the request was held for its turn; holdFull, that
+	// it would have been held but MaxHeld were (for the observers).
+	held     time.Duration
+	holdFull bool
 }
 
 // start returns the journey of a request of cost for keys under p.
@@ -322,7 +326,8 @@ func (f *journey) decideOrHold() (left bool) {
 		f.record(got)
 		return false
 	}
-	f.res.Err = gone
+	f.res.Err, f.res.Outcome = gone, Abandoned
+	f.tell()
 	return true
 }
 
@@ -333,12 +338,15 @@ func (f *journey) holdTurn(a ask, asked *decided) (decided, error) {
 	l := f.l
 	if l.held.Add(1) > int64(l.maxHeld) {
 		l.held.Add(-1)
+		f.holdFull = true
 		if asked != nil {
 			return *asked, nil
 		}
 		return f.decide(a), nil
 	}
 	defer l.held.Add(-1)
+	start := l.now()
+	defer func() { f.held = max(l.now().Sub(start), time.Nanosecond) }()
 	return f.acquire(a, l.maxDelay)
 }
 
@@ -405,7 +413,13 @@ func (f *journey) record(got decided) {
 	if l.decHook != nil {
 		l.decHook(f.req, *res)
 	}
-	for _, o := range l.observers {
-		o.ObserveDecision(DecisionEvent{Request: f.req, Result: *res, Outcome: res.Outcome, Fallback: f.by == byFallback})
+	f.tell()
+}
+
+// tell tells the observers what became of f.
+func (f *journey) tell() {
+	for _, o := range f.l.observers {
+		o.ObserveDecision(DecisionEvent{Request: f.req, Result: f.res, Outcome: f.res.Outcome, Fallback: f.by == byFallback,
+			Held: f.held, HoldFull: f.holdFull})
 	}
 }

@@ -43,6 +43,13 @@ type DecisionEvent struct {
 	// Fallback reports that the fallback store decided (WithFallback, or
 	// the store's own: FallbackStore), the main store having failed.
 	Fallback bool
+	// Held is how long the request was held for its turn (WithMaxDelay)
+	// before it was served (Allowed), refused after all (Denied) or its
+	// client left (Abandoned); 0 when it was not held.
+	Held time.Duration
+	// HoldFull reports a request that would have been held, refused at
+	// once because MaxHeld requests were held already (WithMaxHeld).
+	HoldFull bool
 }
 
 // StoreEvent describes one store call.

@@ -16,7 +16,7 @@
 //
 //   - ratelimit.decisions (Int64Counter, {decision}): decided requests, with
 //     the attributes policy, outcome ("allowed", "denied",
-//     "dry_run_denied", "failed_open" or "failed_closed") and fallback
+//     "dry_run_denied", "failed_open", "failed_closed" or "abandoned") and fallback
 //     (bool: the fallback store decided).
 //   - ratelimit.store.duration (Float64Histogram, s): store call latency,
 //     with op (ratelimit.StoreEvent.Op: "take", "lease", "refund", ...) and
@@ -29,6 +29,17 @@
 //     circuit is open, 0 while it is closed.
 //   - ratelimit.circuit.openings (Int64Counter, {opening}): circuit
 //     openings.
+//   - ratelimit.hold.requests (Int64Counter, {request}): requests held for
+//     their turn (WithMaxDelay), with outcome "served", "refused" (still
+//     denied at the end of the hold), "gave_up" (the client left) or
+//     "queue_full" (refused at once: MaxHeld requests were held).
+//   - ratelimit.hold.wait (Float64Histogram, s): how long each held
+//     request waited.
+//
+// The hold.requests series and store.errors of op "take", each store and
+// the kinds timeout, circuit_open and error are recorded at 0 when the
+// Observer is made, so that a dashboard or an alert over them reads 0
+// rather than no data until the first hold or outage.
 //
 // An OpenTelemetry-to-Prometheus exporter turns these into
 // ratelimit_decisions_total and so on, like the metrics/prometheus module.
@@ -205,6 +216,8 @@ type Observer struct {
 	duration  metric.Float64Histogram
 	errors    metric.Int64Counter
 	openings  metric.Int64Counter
+	held      metric.Int64Counter
+	wait      metric.Float64Histogram
 	gauge     metric.Int64ObservableGauge
 	reg       metric.Registration
 	open      atomic.Int64
@@ -225,8 +238,9 @@ type Observer struct {
 var _ ratelimit.Observer = (*Observer)(nil)
 
 // optKey names one attribute set: kind 'd' (decision: a policy, b outcome,
-// c fallback), 's' (store call: a op, b store) or 'e' (store error: a op,
-// b store, c kind).
+// c fallback), 's' (store call: a op, b store), 'e' (store error: a op,
+// b store, c kind), 'h' (held request: a outcome), 'w' (hold wait: none)
+// or 'c' (circuit opening: none).
 type optKey struct {
 	kind    byte
 	a, b, c string
@@ -256,7 +270,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 	var err error
 	var errs []error
 	o.decisions, err = meter.Int64Counter(p+".decisions", metric.WithUnit("{decision}"),
-		metric.WithDescription("Requests decided by the rate limiter, by policy, outcome (allowed, denied, dry_run_denied, failed_open, failed_closed) and whether the fallback store decided."))
+		metric.WithDescription("Requests decided by the rate limiter, by policy, outcome (allowed, denied, dry_run_denied, failed_open, failed_closed, abandoned) and whether the fallback store decided."))
 	errs = append(errs, err)
 	o.duration, err = meter.Float64Histogram(p+".store.duration", metric.WithUnit("s"),
 		metric.WithDescription("Latency of the rate limiter's store calls, by operation and store (main or fallback); calls skipped by the open circuit are not recorded."),
@@ -267,6 +281,13 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 	errs = append(errs, err)
 	o.openings, err = meter.Int64Counter(p+".circuit.openings", metric.WithUnit("{opening}"),
 		metric.WithDescription("Times the rate limiter's store circuit opened."))
+	errs = append(errs, err)
+	o.held, err = meter.Int64Counter(p+".hold.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests the rate limiter held for their turn (WithMaxDelay), by outcome: served, refused (still denied at the end), gave_up (the client left) or queue_full (refused at once: MaxHeld were held)."))
+	errs = append(errs, err)
+	o.wait, err = meter.Float64Histogram(p+".hold.wait", metric.WithUnit("s"),
+		metric.WithDescription("How long the rate limiter held each held request before it was served, refused or its client left."),
+		metric.WithExplicitBucketBoundaries(holdBuckets...))
 	errs = append(errs, err)
 	o.gauge, err = meter.Int64ObservableGauge(p+".circuit.open", metric.WithUnit("1"),
 		metric.WithDescription("1 while the rate limiter's store circuit is open (the store is skipped), 0 while it is closed."))
@@ -282,7 +303,41 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratelimitotel: register the circuit gauge's callback: %w", err)
 	}
+	// Every series a dashboard or an alert reads exists from the start, at
+	// 0: a rate over it then says 0, not "no data", until the first hold
+	// or the first outage.
+	ctx := context.Background()
+	for _, h := range holdOutcomes {
+		o.held.Add(ctx, 0, o.option(optKey{kind: 'h', a: h}))
+	}
+	for _, store := range []string{"main", "fallback"} {
+		for _, kind := range []string{"timeout", "circuit_open", "error"} {
+			o.errors.Add(ctx, 0, o.option(optKey{kind: 'e', a: "take", b: store, c: kind}))
+		}
+	}
 	return o, nil
+}
+
+// holdBuckets are the bucket boundaries of the hold.wait histogram: a
+// Limiter holds a request below a second by default (WithMaxDelay).
+var holdBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
+// holdOutcomes are the values of the hold.requests outcome attribute.
+var holdOutcomes = []string{"served", "refused", "gave_up", "queue_full"}
+
+// holdOutcome is the hold outcome of ev, "" when it was not held.
+func holdOutcome(ev ratelimit.DecisionEvent) string {
+	switch {
+	case ev.HoldFull:
+		return "queue_full"
+	case ev.Held <= 0:
+		return ""
+	case ev.Outcome == ratelimit.Abandoned:
+		return "gave_up"
+	case ev.Outcome == ratelimit.Denied || ev.Outcome == ratelimit.FailedClosed:
+		return "refused"
+	}
+	return "served"
 }
 
 // Close unregisters the circuit gauge's callback, so that the Meter no
@@ -299,8 +354,15 @@ func (o *Observer) Close() error {
 }
 
 // ObserveDecision counts one decision under its policy, outcome and
-// fallback attributes.
+// fallback attributes, and a held request under its hold's outcome, with
+// its wait.
 func (o *Observer) ObserveDecision(ev ratelimit.DecisionEvent) {
+	if h := holdOutcome(ev); h != "" {
+		o.held.Add(context.Background(), 1, o.option(optKey{kind: 'h', a: h}))
+		if ev.Held > 0 {
+			o.wait.Record(context.Background(), ev.Held.Seconds(), o.option(optKey{kind: 'w'}))
+		}
+	}
 	k := optKey{kind: 'd', b: ev.Outcome.String(), c: "false"}
 	if ev.Fallback {
 		k.c = "true"
@@ -354,6 +416,8 @@ func (o *Observer) option(k optKey) metric.MeasurementOption {
 		kv = append(kv, attribute.String("op", k.a), attribute.String("store", k.b))
 	case 'e':
 		kv = append(kv, attribute.String("op", k.a), attribute.String("store", k.b), attribute.String("kind", k.c))
+	case 'h':
+		kv = append(kv, attribute.String("outcome", k.a))
 	}
 	v, _ := o.opts.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
 	return v.(metric.MeasurementOption)

@@ -23,7 +23,8 @@
 //
 //   - ratelimit_decisions_total{policy, outcome, fallback}: counter of
 //     decided requests. outcome is "allowed", "denied", "dry_run_denied",
-//     "failed_open" or "failed_closed" (ratelimit.Outcome); fallback is
+//     "failed_open", "failed_closed" or "abandoned" (the client left while
+//     held) (ratelimit.Outcome); fallback is
 //     "true" when the fallback store decided (WithFallback), else "false".
 //   - ratelimit_store_call_duration_seconds{op, store}: histogram of store
 //     call latency. op is ratelimit.StoreEvent.Op ("take", "reserve",
@@ -36,6 +37,17 @@
 //   - ratelimit_circuit_open: gauge, 1 while the store's circuit is open
 //     (the store is skipped), 0 while it is closed.
 //   - ratelimit_circuit_openings_total: counter of circuit openings.
+//   - ratelimit_held_requests_total{outcome}: counter of requests held for
+//     their turn (WithMaxDelay): "served", "refused" (still denied at the
+//     end of the hold), "gave_up" (the client left) or "queue_full"
+//     (refused at once: MaxHeld requests were held).
+//   - ratelimit_hold_wait_seconds: histogram of how long each held request
+//     waited.
+//
+// The held-request series and ratelimit_store_errors_total{op="take"}
+// of each store and of the kinds timeout, circuit_open and error exist
+// from the start, at 0, so that a dashboard or an alert over them reads 0
+// rather than no data until the first hold or outage.
 //
 // # Cardinality
 //
@@ -224,6 +236,8 @@ type Collector struct {
 	errors    *prometheus.CounterVec
 	open      prometheus.Gauge
 	openings  prometheus.Counter
+	held      *prometheus.CounterVec
+	wait      prometheus.Histogram
 
 	// policies holds the names that have a label of their own; full is
 	// set once it holds maxPolicies of them (then a name not in it is
@@ -267,7 +281,7 @@ func New(opts ...Option) (*Collector, error) {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace:   cfg.namespace,
 			Name:        "decisions_total",
-			Help:        "Requests decided by the rate limiter, by policy, outcome (allowed, denied, dry_run_denied, failed_open, failed_closed) and whether the fallback store decided.",
+			Help:        "Requests decided by the rate limiter, by policy, outcome (allowed, denied, dry_run_denied, failed_open, failed_closed, abandoned) and whether the fallback store decided.",
 			ConstLabels: cfg.constLabels,
 		}, decisionLabels),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -295,6 +309,30 @@ func New(opts ...Option) (*Collector, error) {
 			Help:        "Times the rate limiter's store circuit opened.",
 			ConstLabels: cfg.constLabels,
 		}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace:   cfg.namespace,
+			Name:        "held_requests_total",
+			Help:        "Requests the rate limiter held for their turn (WithMaxDelay), by outcome: served, refused (still denied at the end), gave_up (the client left) or queue_full (refused at once: MaxHeld were held).",
+			ConstLabels: cfg.constLabels,
+		}, []string{"outcome"}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace:   cfg.namespace,
+			Name:        "hold_wait_seconds",
+			Help:        "How long the rate limiter held each held request before it was served, refused or its client left.",
+			ConstLabels: cfg.constLabels,
+			Buckets:     holdBuckets,
+		}),
+	}
+	// Every series a dashboard or an alert reads exists from the start, at
+	// 0: a rate over it then says 0, not "no data", until the first hold
+	// or the first outage.
+	for _, o := range holdOutcomes {
+		c.held.WithLabelValues(o)
+	}
+	for _, store := range []string{storeMain, storeFallback} {
+		for _, kind := range []string{"timeout", "circuit_open", "error"} {
+			c.errors.WithLabelValues("take", store, kind)
+		}
 	}
 	// A throwaway registry checks every name and label, and reports a
 	// const label that clashes with a variable one, before any metric is
@@ -312,6 +350,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.errors.Describe(ch)
 	c.open.Describe(ch)
 	c.openings.Describe(ch)
+	c.held.Describe(ch)
+	c.wait.Describe(ch)
 }
 
 // Collect sends the Collector's current metrics to ch.
@@ -321,11 +361,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.errors.Collect(ch)
 	c.open.Collect(ch)
 	c.openings.Collect(ch)
+	c.held.Collect(ch)
+	c.wait.Collect(ch)
 }
 
 // ObserveDecision counts one decision under its policy, outcome and
-// fallback labels.
+// fallback labels, and a held request under its hold's outcome, with its
+// wait.
 func (c *Collector) ObserveDecision(ev ratelimit.DecisionEvent) {
+	if o := holdOutcome(ev); o != "" {
+		c.held.WithLabelValues(o).Inc()
+		if ev.Held > 0 {
+			c.wait.Observe(ev.Held.Seconds())
+		}
+	}
 	fallback := "false"
 	if ev.Fallback {
 		fallback = "true"
@@ -390,4 +439,26 @@ func (c *Collector) policyLabel(p *ratelimit.Policy) string {
 		c.full.Store(true)
 	}
 	return name
+}
+
+// holdBuckets are the buckets of hold_wait_seconds: a Limiter holds a
+// request below a second by default (WithMaxDelay).
+var holdBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
+// holdOutcomes are the values of held_requests_total's outcome label.
+var holdOutcomes = []string{"served", "refused", "gave_up", "queue_full"}
+
+// holdOutcome is the hold outcome of ev, "" when it was not held.
+func holdOutcome(ev ratelimit.DecisionEvent) string {
+	switch {
+	case ev.HoldFull:
+		return "queue_full"
+	case ev.Held <= 0:
+		return ""
+	case ev.Outcome == ratelimit.Abandoned:
+		return "gave_up"
+	case ev.Outcome == ratelimit.Denied || ev.Outcome == ratelimit.FailedClosed:
+		return "refused"
+	}
+	return "served"
 }
