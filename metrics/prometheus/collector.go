@@ -49,6 +49,16 @@
 // from the start, at 0, so that a dashboard or an alert over them reads 0
 // rather than no data until the first hold or outage.
 //
+// # Dashboard
+//
+// dashboard.json in this module's directory is a Grafana dashboard of
+// these metrics (default namespace; a "job" variable): decisions by
+// outcome, denials by policy, held requests and their waits, store
+// latency and errors, outages (the circuit) and fallback decisions.
+// TestDashboard checks that every metric it queries is one the Collector
+// exports. Import it in Grafana (Dashboards, New, Import) and pick the
+// Prometheus data source.
+//
 // # Cardinality
 //
 // No label carries a key, an address or an error text. The policy label
