@@ -55,6 +55,10 @@ func NewRedisURL(url string, opts ...RedisOption) (*Redis, error) {
 	return redis.NewFromURL(url, opts...)
 }
 
+// WithFleetShare makes a Redis store's fallback admit each limit's share
+// of the fleet during an outage; see redis.WithFleetShare.
+func WithFleetShare() RedisOption { return redis.WithFleetShare() }
+
 // WithPrefix sets the Redis key prefix; see redis.WithPrefix.
 func WithPrefix(prefix string) RedisOption { return redis.WithPrefix(prefix) }
 

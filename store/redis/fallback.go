@@ -19,7 +19,8 @@ var _ storekit.FallbackStore = (*Store)(nil)
 // memory store is made on the first call and the same one is returned ever
 // after, so a process keeps its counts from one outage to the next (idle
 // identities leave it once their counters expire). A store built WithClock
-// gives it the same clock.
+// gives it the same clock. WithFleetShare makes it admit each limit's
+// share of the fleet.
 func (r *Store) Fallback() ratelimit.Store { return r.fallback() }
 
 // newFallback returns the function behind Fallback: the memory store,
@@ -29,6 +30,9 @@ func newFallback(r *Store) func() ratelimit.Store {
 		var opts []memory.Option
 		if r.now != nil {
 			opts = append(opts, memory.WithClock(r.now))
+		}
+		if r.fleet != nil {
+			return &shareStore{inner: memory.New(opts...), instances: r.fleet.instances}
 		}
 		return memory.New(opts...)
 	})

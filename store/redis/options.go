@@ -27,6 +27,20 @@ func WithClock(now func() time.Time) Option {
 	return func(r *Store) { r.now, r.ttlExtra = now, time.Hour }
 }
 
+// WithFleetShare shapes the fallback by the fleet: while Redis answers,
+// each store keeps a heartbeat there (one key for the stores of one
+// prefix, a few bytes each, a write every 2 s) and so knows how many
+// instances share it; while Redis fails, its fallback (Fallback) admits
+// each limit's share, the limit divided by the instances last seen,
+// rounded up. A client whose requests spread over the fleet then gets
+// about the limit fleet-wide during an outage (3 instances, 10/s: at most
+// 12 a second) instead of the limit on every instance (30). A client
+// pinned to one instance gets its share alone (4 a second): under-
+// admission, which is why the option is off by default. A leased policy
+// is not shared (its grants already spread the quota). Close stops the
+// heartbeat.
+func WithFleetShare() Option { return func(r *Store) { r.fleetShare = true } }
+
 // NewRedis returns a Store on client: a *goredis.Client (single Redis or
 // Sentinel via goredis.NewFailoverClient), a *goredis.ClusterClient or a
 // *goredis.Ring (sharded like a Cluster: each identity's script goes to its
@@ -95,6 +109,9 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 		r.batch.client = client
 	}
 	r.diag = diagnose(client) // adds a go-redis hook: errors then name their cause
+	if r.fleetShare {
+		r.fleet = startFleet(client, r.prefix)
+	}
 	r.fallback = newFallback(r)
 	return r, nil
 }

@@ -50,7 +50,9 @@ var _ storekit.Leaser = (*Store)(nil)
 // to share with other data: keys are namespaced by the prefix.
 type Store struct {
 	client      goredis.UniversalClient
-	owned       bool // NewFromURL made client: Close closes it
+	owned       bool   // NewFromURL made client: Close closes it
+	fleetShare  bool   // WithFleetShare
+	fleet       *fleet // the heartbeat of WithFleetShare (fleet.go)
 	cluster     bool
 	ctxHonored  bool // the client enforces context deadlines itself
 	prefix      string

@@ -34,9 +34,13 @@ func NewFromURL(url string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the client the Store made (NewFromURL); a Store on a client
-// of the caller's leaves it open, for the caller to close.
+// Close stops the fleet's heartbeat (WithFleetShare) and closes the
+// client the Store made (NewFromURL); a Store on a client of the
+// caller's leaves it open, for the caller to close.
 func (s *Store) Close() error {
+	if s.fleet != nil {
+		s.fleet.close()
+	}
 	if !s.owned {
 		return nil
 	}
