@@ -51,9 +51,9 @@ func ExampleLimiter_Handler() {
 		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"))
 	}
 	// Output:
-	// 200 "default-1m";q=2;w=60, "default-1h";q=100;w=3600
-	// 200 "default-1m";q=2;w=60, "default-1h";q=100;w=3600
-	// 429 "default-1m";q=2;w=60, "default-1h";q=100;w=3600
+	// 200 "default-1m";q=2;w=60;pk=:L1jjML8dtlA=:, "default-1h";q=100;w=3600;pk=:L1jjML8dtlA=:
+	// 200 "default-1m";q=2;w=60;pk=:L1jjML8dtlA=:, "default-1h";q=100;w=3600;pk=:L1jjML8dtlA=:
+	// 429 "default-1m";q=2;w=60;pk=:L1jjML8dtlA=:, "default-1h";q=100;w=3600;pk=:L1jjML8dtlA=:
 }
 
 // With chi, a Limiter's Handler goes in Use, With or Group. Here every
@@ -300,9 +300,9 @@ func ExampleWithIdempotencyKey() {
 		fmt.Println(w.Header().Get("RateLimit"))
 	}
 	// Output:
-	// "default-1h";r=4;t=3600
-	// "default-1h";r=4;t=3600
-	// "default-1h";r=4;t=3600
+	// "default-1h";r=4;t=3600;pk=:L1jjML8dtlA=:
+	// "default-1h";r=4;t=3600;pk=:L1jjML8dtlA=:
+	// "default-1h";r=4;t=3600;pk=:L1jjML8dtlA=:
 }
 
 // countOutcomes is an Observer that counts decisions by outcome.

@@ -2,8 +2,13 @@ package ratelimit
 
 import (
 	"context"
+	"encoding/base64"
 	"time"
 )
+
+// PK is the pk parameter value (an sf-binary, ":...:") the Limiter writes
+// for the identity key.
+func PK(key string) string { return ":" + base64.StdEncoding.EncodeToString(pkOf(key)) + ":" }
 
 // SetLogClock replaces the clock of the log throttle of l and restarts the
 // throttle, so tests can step through it without sleeping.

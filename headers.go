@@ -1,6 +1,9 @@
 package ratelimit
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"net/http"
 	"strconv"
 	"strings"
@@ -99,13 +102,15 @@ func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 	if h == nil || style&allStyles == HeadersNone {
 		return
 	}
-	setStyleFields(h, style, p, d)
+	setStyleFields(h, style, p, d, nil)
 	setRetryAfter(h, d)
 }
 
 // setStyleFields writes the headers of style (not Retry-After) for
-// decision d of policy p into h, as SetHeaders says.
-func setStyleFields(h http.Header, style HeaderStyle, p *Policy, d Decision) {
+// decision d of policy p into h, as SetHeaders says; with keys (the
+// request's, as a Limiter writes them), each draft-11 item that belongs
+// to one identity carries its partition key (pkOf).
+func setStyleFields(h http.Header, style HeaderStyle, p *Policy, d Decision, keys []string) {
 	style &= allStyles
 	if h == nil || style == HeadersNone {
 		return
@@ -136,9 +141,16 @@ func setStyleFields(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 	)
 	var policyValue string // RateLimit-Policy, built once per policy
 	if style&(HeadersIETF|HeadersDraft10) != 0 {
-		if len(limits) > 0 {
+		switch {
+		case len(limits) > 0 && len(keys) == 1:
+			// Every limit applies to the one identity: each item says whose.
+			start := len(b)
+			b = appendPolicyHeader(b, limits, tokenBucket, pkOf(keys[0]))
+			fields[nf] = field{hdrPolicy, start, len(b)}
+			nf++
+		case len(limits) > 0:
 			policyValue = p.policyHeader()
-		} else {
+		default:
 			drop[nd] = hdrPolicy
 			nd++
 		}
@@ -154,6 +166,9 @@ func setStyleFields(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 				} else {
 					b = appendSFInt(b, ceilSeconds(d.ResetAfter))
 				}
+			}
+			if d.Key >= 0 && d.Key < len(keys) {
+				b = appendPK(b, pkOf(keys[d.Key]))
 			}
 			fields[nf] = field{hdrRateLimit, start, len(b)}
 			nf++
@@ -220,12 +235,12 @@ func setStyleFields(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 // p, as a Limiter writes them: after those of the Limiters outside it when
 // there are some (outer; their lists first; of the legacy styles, the
 // limit with the least remaining), and Retry-After for a denial.
-func writeFields(h http.Header, style HeaderStyle, p *Policy, d Decision, outer, denied bool) {
+func writeFields(h http.Header, style HeaderStyle, p *Policy, d Decision, keys []string, outer, denied bool) {
 	if style == HeadersNone {
 		return
 	}
 	if !outer {
-		setStyleFields(h, style, p, d)
+		setStyleFields(h, style, p, d, keys)
 	} else {
 		prevPolicy, prevRL := h.Values(hdrPolicy), h.Values(hdrRateLimit)
 		type trio struct{ lim, rem, reset []string }
@@ -233,7 +248,7 @@ func writeFields(h http.Header, style HeaderStyle, p *Policy, d Decision, outer,
 		for i, names := range [2][3]string{{hdrLimit, hdrRemaining, hdrReset}, {hdrXLimit, hdrXRemaining, hdrXReset}} {
 			prev[i] = trio{h.Values(names[0]), h.Values(names[1]), h.Values(names[2])}
 		}
-		setStyleFields(h, style, p, d)
+		setStyleFields(h, style, p, d, keys)
 		// Draft-10 fields are lists: the outer Limiters' items first.
 		if style&(HeadersIETF|HeadersDraft10) != 0 {
 			for _, kv := range [...]struct {
@@ -272,13 +287,14 @@ func (p *Policy) policyHeader() string {
 	if h := p.header.Load(); h != nil {
 		return *h
 	}
-	h := string(appendPolicyHeader(nil, p.limits, p.algorithm == TokenBucket))
+	h := string(appendPolicyHeader(nil, p.limits, p.algorithm == TokenBucket, nil))
 	p.header.Store(&h)
 	return h
 }
 
-// appendPolicyHeader appends the RateLimit-Policy value of limits.
-func appendPolicyHeader(b []byte, limits []Limit, tokenBucket bool) []byte {
+// appendPolicyHeader appends the RateLimit-Policy value of limits, each
+// item with the partition key pk when there is one.
+func appendPolicyHeader(b []byte, limits []Limit, tokenBucket bool, pk []byte) []byte {
 	for i := range limits {
 		if i > 0 {
 			b = append(b, ", "...)
@@ -289,13 +305,42 @@ func appendPolicyHeader(b []byte, limits []Limit, tokenBucket bool) []byte {
 			// Requests in flight: no window (the draft's quota unit).
 			b = appendSFInt(b, limits[i].Rate)
 			b = append(b, `;qu="concurrent-requests"`...)
-			continue
+		} else {
+			b = appendSFInt(b, limitQuota(&limits[i], tokenBucket))
+			b = append(b, ";w="...)
+			b = appendSFInt(b, windowSeconds(limits[i].Period))
 		}
-		b = appendSFInt(b, limitQuota(&limits[i], tokenBucket))
-		b = append(b, ";w="...)
-		b = appendSFInt(b, windowSeconds(limits[i].Period))
+		b = appendPK(b, pk)
 	}
 	return b
+}
+
+// The partition key (draft-11's pk) of an identity: the first pkLen bytes
+// of HMAC-SHA-256, keyed with pkKey, of the identity's key as the Limiter
+// stores it. The key is public so that a client can compute its own.
+const (
+	pkKey = "ratelimit pk"
+	pkLen = 8 // 64 bits: short on the wire, far from colliding among one server's identities
+)
+
+// pkOf is the partition key of the identity key ("ip:203.0.113.7", "key:"
+// and the hash of an API key, "user:42"): never the key itself, the same
+// on every server.
+func pkOf(key string) []byte {
+	m := hmac.New(sha256.New, []byte(pkKey))
+	m.Write([]byte(key))
+	return m.Sum(nil)[:pkLen]
+}
+
+// appendPK appends the parameter pk, an RFC 9651 byte sequence, when pk
+// is not nil.
+func appendPK(b, pk []byte) []byte {
+	if pk == nil {
+		return b
+	}
+	b = append(b, ";pk=:"...)
+	b = base64.StdEncoding.AppendEncode(b, pk)
+	return append(b, ':')
 }
 
 // setRetryAfter writes Retry-After into h for a denied decision, as

@@ -743,7 +743,7 @@ func TestSetHeaders(t *testing.T) {
 			for k, v := range tc.before {
 				rec.Header()[k] = append([]string(nil), v...)
 			}
-			setStyleFields(rec.Header(), tc.style, tc.p, tc.d) // Retry-After: TestSetHeadersRetryAfter
+			setStyleFields(rec.Header(), tc.style, tc.p, tc.d, nil) // Retry-After: TestSetHeadersRetryAfter
 			rec.WriteHeader(http.StatusOK)
 			for _, check := range tc.checks {
 				check(t, rec)

@@ -268,7 +268,7 @@ func (l *Limiter) handle(r *http.Request, h http.Header, respond func(req *http.
 			h.Set(hdrRetryAfter, strconv.Itoa(int(failClosedRetryAfter/time.Second)))
 		}
 	default:
-		writeFields(h, l.style, f.res.Policy, d, stacked(f.frame), !d.Allowed && f.res.Cost > 0)
+		writeFields(h, l.style, f.res.Policy, d, f.res.Keys, stacked(f.frame), !d.Allowed && f.res.Cost > 0)
 	}
 	if left || o == Denied || o == FailedClosed {
 		refuse(f.ctx)

@@ -176,7 +176,8 @@ func ParseRetryAfter(v string) (int64, error) {
 
 // ParseRateLimit parses a RateLimit field of exactly one member, the shape
 // the Limiter writes: an sf-string name with the parameters r and t, both
-// non-negative sf-integers, in that order.
+// non-negative sf-integers, in that order, and then, optionally, pk, an
+// sf-binary (the identity's partition key).
 func ParseRateLimit(v string) (name string, r, t int64, err error) {
 	bad := func(why string) (string, int64, int64, error) {
 		return "", 0, 0, fmt.Errorf("RateLimit %q: %s", v, why)
@@ -204,6 +205,13 @@ func ParseRateLimit(v string) (name string, r, t int64, err error) {
 		}
 		vals[i], _ = strconv.ParseInt(rest[:n], 10, 64)
 		rest = rest[n:]
+	}
+	if pk, ok := strings.CutPrefix(rest, ";pk=:"); ok {
+		end := strings.IndexByte(pk, ':')
+		if end < 0 || strings.Trim(pk[:end], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") != "" {
+			return bad("parameter pk is not an sf-binary")
+		}
+		rest = pk[end+1:]
 	}
 	if rest != "" {
 		return bad("unexpected " + strconv.Quote(rest))
