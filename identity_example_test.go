@@ -22,7 +22,7 @@ func ExampleByIP() {
 	r.Header.Set("X-Forwarded-For", "192.0.2.99, 2001:db8:1:2a::7")
 
 	key, _ := id.Identify(r)
-	client, _ := id.(*ratelimit.IPIdentifier).ClientIP(r)
+	client, _ := id.ClientIP(r)
 	fmt.Println(key)
 	fmt.Println(client)
 	// Output:

@@ -132,7 +132,10 @@ const (
 // identifier itself, used anyway, gives every request UnknownIPKey (one
 // shared limit, never none). To limit authenticated callers, use ByUser or
 // ByHeader instead, or alongside.
-func ByIP(opts ...IPOption) Identifier {
+//
+// ByIP returns the *IPIdentifier itself, an Identifier whose ClientIP
+// says which address it resolved for a request.
+func ByIP(opts ...IPOption) *IPIdentifier {
 	id, err := byIP(opts)
 	if err != nil {
 		return &IPIdentifier{err: err}
@@ -345,7 +348,7 @@ func ClientIn(ip *IPIdentifier, cidrs ...string) (func(*http.Request) bool, erro
 		prefixes = append(prefixes, p)
 	}
 	if ip == nil {
-		ip = ByIP().(*IPIdentifier) // no options: no mistake
+		ip = ByIP() // no options: no mistake
 	}
 	if err := ip.configErr(); err != nil {
 		return nil, fmt.Errorf("ratelimit: ClientIn: %w", err)

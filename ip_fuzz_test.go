@@ -89,8 +89,7 @@ func FuzzClientIP(f *testing.F) {
 	}
 
 	build := func(opts ...ratelimit.IPOption) *ratelimit.IPIdentifier {
-		id := ratelimit.ByIP(append(opts, ratelimit.IPv6Prefix(56), ratelimit.IPv4Prefix(32))...)
-		return id.(*ratelimit.IPIdentifier)
+		return ratelimit.ByIP(append(opts, ratelimit.IPv6Prefix(56), ratelimit.IPv4Prefix(32))...)
 	}
 	plain := build()
 	tp := ratelimit.TrustedProxies(fuzzTrusted...)

@@ -125,7 +125,7 @@ func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func
 		return nil, err
 	}
 
-	login, err := loginLimiters(st, byIP.(*ratelimit.IPIdentifier), checkPassword, fallback, observe)
+	login, err := loginLimiters(st, byIP, checkPassword, fallback, observe)
 	if err != nil {
 		return nil, err
 	}

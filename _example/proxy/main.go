@@ -16,7 +16,6 @@ func main() {
 		ratelimit.TrustedProxies("10.0.0.0/8", "fd00::/8"), // your balancers, CIDRs or IPs
 		ratelimit.ClientIPHeader("X-Forwarded-For"),        // default; or "Forwarded", "X-Real-IP", ...
 	)
-	ip := byIP.(*ratelimit.IPIdentifier) // for ClientIP: the address it resolved
 
 	for _, c := range []struct{ peer, xff, what string }{
 		{"10.1.2.3:4711", "203.0.113.7", "through the balancer: the forwarded client"},
@@ -29,7 +28,7 @@ func main() {
 		r.RemoteAddr = c.peer
 		r.Header.Set("X-Forwarded-For", c.xff)
 		key, _ := byIP.Identify(r)
-		addr, _ := ip.ClientIP(r)
+		addr, _ := byIP.ClientIP(r) // the address it resolved
 		fmt.Printf("peer %-17s X-Forwarded-For %-24q -> %-12s key %-16s (%s)\n", c.peer, c.xff, addr, key, c.what)
 	}
 }
