@@ -322,13 +322,13 @@ func (f *journey) decideOrHold() (left bool) {
 			got, gone = f.holdTurn(a, &got)
 		}
 	}
-	if gone == nil {
-		f.record(got)
-		return false
+	if gone != nil {
+		f.res.Err, f.res.Outcome = gone, Abandoned
+		f.tell()
+		return true
 	}
-	f.res.Err, f.res.Outcome = gone, Abandoned
-	f.tell()
-	return true
+	f.record(got)
+	return false
 }
 
 // holdTurn acquires a place in line for a within the maximum delay, when one
@@ -404,7 +404,6 @@ func (f *journey) record(got decided) {
 	default:
 		res.Outcome = Allowed
 	}
-	l.outage.tally(f.by, res.Outcome)
 	if f.serves {
 		f.frame = &frame{res: *res, limited: true}
 		f.ctx = withFrame(f.ctx, f.frame)
@@ -414,6 +413,7 @@ func (f *journey) record(got decided) {
 		l.decHook(f.req, *res)
 	}
 	f.tell()
+	l.outage.tally(f.by, res.Outcome)
 }
 
 // tell tells the observers what became of f.
