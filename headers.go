@@ -97,7 +97,8 @@ const (
 // of p's limits, it removes the selected styles' headers it cannot fill
 // (RateLimit-Policy is still written when p has limits). The zero Decision
 // describes limit 0 with nothing remaining and t=0. Decision.Limits is not
-// read, so it may be shorter than the policy.
+// read, so it may be shorter than the policy. It writes no pk: a Limiter,
+// which knows the request's identities, adds each item's.
 func SetHeaders(h http.Header, style HeaderStyle, p *Policy, d Decision) {
 	if h == nil || style&allStyles == HeadersNone {
 		return
