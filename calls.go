@@ -322,7 +322,8 @@ func (c Call) request(ctx context.Context) *http.Request {
 // slot is held while run runs. run is not called when c is refused:
 // Serve then returns the Result, whose Outcome is Denied (the fields
 // carry RateLimit and Retry-After) or FailedClosed (Retry-After: 1), or
-// whose Err is ctx's error when the caller went away while c was held.
+// whose Outcome is Abandoned and Err ctx's error when the caller went
+// away while c was held.
 // served reports that run was called. Stacked Limiters see each other
 // through ctx, as through an HTTP request's.
 func (l *Limiter) Serve(ctx context.Context, c Call, run func(ctx context.Context, fields http.Header) (status int)) (res Result, fields http.Header, served bool) {
