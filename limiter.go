@@ -420,6 +420,6 @@ func (f *journey) record(got decided) {
 func (f *journey) tell() {
 	for _, o := range f.l.observers {
 		o.ObserveDecision(DecisionEvent{Request: f.req, Result: f.res, Outcome: f.res.Outcome, Fallback: f.by == byFallback,
-			Held: f.held, HoldFull: f.holdFull})
+			Held: f.held, HoldFull: f.holdFull, Hold: holdOf(f.res.Outcome, f.held, f.holdFull)})
 	}
 }

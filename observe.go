@@ -50,6 +50,11 @@ type DecisionEvent struct {
 	// HoldFull reports a request that would have been held, refused at
 	// once because MaxHeld requests were held already (WithMaxHeld).
 	HoldFull bool
+	// Hold is what became of a held request, as a metric label:
+	// "served", "refused" (still denied at the end of its hold),
+	// "gave_up" (Abandoned) or "queue_full" (HoldFull); "" when the
+	// request was not held.
+	Hold string
 }
 
 // StoreEvent describes one store call.
@@ -100,4 +105,20 @@ type CircuitEvent struct {
 	Open bool
 	// Cooldown is how long the store is skipped before a probe.
 	Cooldown time.Duration
+}
+
+// holdOf is DecisionEvent.Hold for a request of outcome o held for held
+// (0: not held), or refused at once with MaxHeld held (full).
+func holdOf(o Outcome, held time.Duration, full bool) string {
+	switch {
+	case full:
+		return "queue_full"
+	case held <= 0:
+		return ""
+	case o == Abandoned:
+		return "gave_up"
+	case o == Denied || o == FailedClosed:
+		return "refused"
+	}
+	return "served"
 }

@@ -325,21 +325,6 @@ var holdBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
 // holdOutcomes are the values of the hold.requests outcome attribute.
 var holdOutcomes = []string{"served", "refused", "gave_up", "queue_full"}
 
-// holdOutcome is the hold outcome of ev, "" when it was not held.
-func holdOutcome(ev ratelimit.DecisionEvent) string {
-	switch {
-	case ev.HoldFull:
-		return "queue_full"
-	case ev.Held <= 0:
-		return ""
-	case ev.Outcome == ratelimit.Abandoned:
-		return "gave_up"
-	case ev.Outcome == ratelimit.Denied || ev.Outcome == ratelimit.FailedClosed:
-		return "refused"
-	}
-	return "served"
-}
-
 // Close unregisters the circuit gauge's callback, so that the Meter no
 // longer reports it. The counters and the histogram keep what they
 // recorded. Close is safe to call more than once.
@@ -357,7 +342,7 @@ func (o *Observer) Close() error {
 // fallback attributes, and a held request under its hold's outcome, with
 // its wait.
 func (o *Observer) ObserveDecision(ev ratelimit.DecisionEvent) {
-	if h := holdOutcome(ev); h != "" {
+	if h := ev.Hold; h != "" {
 		o.held.Add(context.Background(), 1, o.option(optKey{kind: 'h', a: h}))
 		if ev.Held > 0 {
 			o.wait.Record(context.Background(), ev.Held.Seconds(), o.option(optKey{kind: 'w'}))

@@ -379,7 +379,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // fallback labels, and a held request under its hold's outcome, with its
 // wait.
 func (c *Collector) ObserveDecision(ev ratelimit.DecisionEvent) {
-	if o := holdOutcome(ev); o != "" {
+	if o := ev.Hold; o != "" {
 		c.held.WithLabelValues(o).Inc()
 		if ev.Held > 0 {
 			c.wait.Observe(ev.Held.Seconds())
@@ -457,18 +457,3 @@ var holdBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
 
 // holdOutcomes are the values of held_requests_total's outcome label.
 var holdOutcomes = []string{"served", "refused", "gave_up", "queue_full"}
-
-// holdOutcome is the hold outcome of ev, "" when it was not held.
-func holdOutcome(ev ratelimit.DecisionEvent) string {
-	switch {
-	case ev.HoldFull:
-		return "queue_full"
-	case ev.Held <= 0:
-		return ""
-	case ev.Outcome == ratelimit.Abandoned:
-		return "gave_up"
-	case ev.Outcome == ratelimit.Denied || ev.Outcome == ratelimit.FailedClosed:
-		return "refused"
-	}
-	return "served"
-}
