@@ -6,7 +6,7 @@ replace github.com/ratelimitkit/ratelimit => ..
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/ratelimitkit/ratelimit v0.0.0-20261128094117-a75fc610eef4
+	github.com/ratelimitkit/ratelimit v0.0.0-20261128102223-40fb8b8adb89
 	github.com/redis/go-redis/v9 v9.18.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0

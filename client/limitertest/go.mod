@@ -3,8 +3,8 @@ module github.com/ratelimitkit/ratelimit/client/limitertest
 go 1.23
 
 require (
-	github.com/ratelimitkit/ratelimit v0.0.0-20261128094117-a75fc610eef4
-	github.com/ratelimitkit/ratelimit/client v0.0.0-20261128094117-a75fc610eef4
+	github.com/ratelimitkit/ratelimit v0.0.0-20261128102223-40fb8b8adb89
+	github.com/ratelimitkit/ratelimit/client v0.0.0-20261128102223-40fb8b8adb89
 )
 
 require (

@@ -5,7 +5,7 @@ go 1.23.0
 replace github.com/ratelimitkit/ratelimit => ../..
 
 require (
-	github.com/ratelimitkit/ratelimit v0.0.0-20261128094117-a75fc610eef4
+	github.com/ratelimitkit/ratelimit v0.0.0-20261128102223-40fb8b8adb89
 	go.opentelemetry.io/otel v1.38.0
 	go.opentelemetry.io/otel/metric v1.38.0
 	go.opentelemetry.io/otel/sdk/metric v1.38.0

@@ -7,7 +7,7 @@ replace github.com/ratelimitkit/ratelimit => ../..
 require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
-	github.com/ratelimitkit/ratelimit v0.0.0-20261128094117-a75fc610eef4
+	github.com/ratelimitkit/ratelimit v0.0.0-20261128102223-40fb8b8adb89
 )
 
 require (
