@@ -35,14 +35,15 @@ func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		}
 		var header, trailer metadata.MD
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header), grpc.Trailer(&trailer))...)
-		pc.done(header, trailer, err, true)
+		pc.done(header, trailer, err)
 		return err
 	}
 }
 
 // StreamClientInterceptor paces the opening of a client's streams as
 // UnaryClientInterceptor paces unary calls: the server decides a stream
-// once, when it opens.
+// once, when it opens, and a stream counts as under way until its header
+// (or its end) says what the server decided.
 func StreamClientInterceptor() grpc.StreamClientInterceptor {
 	p := &pacer{paces: map[string]*pace{}}
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -52,35 +53,36 @@ func StreamClientInterceptor() grpc.StreamClientInterceptor {
 		}
 		s, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {
-			pc.done(nil, nil, err, true)
+			pc.done(nil, nil, err)
 			return nil, err
 		}
-		// The stream leaves now: what the server decided comes with its
-		// first answer (RecvMsg), whenever the caller asks for it.
-		pc.done(nil, nil, nil, false)
-		return &pacedStream{ClientStream: s, pc: pc}, nil
+		go answered(s, pc)
+		return s, nil
 	}
 }
 
-// pacedStream learns what the server decided from the stream's header,
-// or its trailer when it ends at once.
-type pacedStream struct {
-	grpc.ClientStream
-	pc   *pace
-	once sync.Once
+// answered ends a stream's time under way when its header arrives, or
+// when it ends without one (a refusal is trailers-only), and learns
+// from them. Header waits for either, and leaves the messages to the
+// caller.
+func answered(s grpc.ClientStream, pc *pace) {
+	h, err := s.Header()
+	if err == nil && h != nil {
+		pc.done(h, nil, nil)
+		return
+	}
+	// Ended without a header: the status comes with the next RecvMsg,
+	// the trailer is final.
+	pc.done(nil, s.Trailer(), streamEnded(s.Trailer()))
 }
 
-func (s *pacedStream) RecvMsg(m any) error {
-	err := s.ClientStream.RecvMsg(m)
-	s.once.Do(func() {
-		h, _ := s.Header()
-		var tr metadata.MD
-		if err != nil {
-			tr = s.Trailer()
-		}
-		s.pc.learn(h, tr, err, true)
-	})
-	return err
+// streamEnded is the error a stream that ended with trailer tr carries,
+// as far as pacing needs it: a refusal when tr asks for a wait.
+func streamEnded(tr metadata.MD) error {
+	if len(tr.Get(pushbackKey)) > 0 {
+		return status.Error(codes.ResourceExhausted, "refused")
+	}
+	return nil
 }
 
 // pacerCap bounds the methods and targets a pacer remembers.
@@ -168,25 +170,9 @@ func (pc *pace) wait(ctx context.Context) error {
 	}
 }
 
-// done ends a call under way, and learns from it (when known: a
-// stream's answer comes later).
-func (pc *pace) done(header, trailer metadata.MD, err error, known bool) {
-	pc.mu.Lock()
-	pc.underWay = max(pc.underWay-1, 0)
-	if pc.changed != nil {
-		close(pc.changed)
-		pc.changed = nil
-	}
-	pc.mu.Unlock()
-	if known {
-		pc.learn(header, trailer, err, true)
-	}
-}
-
-// learn reads the limit and any wait from a call's header and trailer,
-// and counts the call admitted, at the arrival of its answer, unless it
-// was refused.
-func (pc *pace) learn(header, trailer metadata.MD, err error, answered bool) {
+// done ends a call under way and learns from its header and trailer,
+// in one step: a call woken by its end sees it counted.
+func (pc *pace) done(header, trailer metadata.MD, err error) {
 	quota, window := limitOf(header)
 	if quota == 0 {
 		quota, window = limitOf(trailer)
@@ -196,6 +182,11 @@ func (pc *pace) learn(header, trailer metadata.MD, err error, answered bool) {
 	refused := code == codes.ResourceExhausted || code == codes.Unavailable
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
+	pc.underWay = max(pc.underWay-1, 0)
+	if pc.changed != nil {
+		close(pc.changed)
+		pc.changed = nil
+	}
 	now := time.Now()
 	if quota > 0 {
 		pc.quota, pc.window = quota, window
@@ -203,7 +194,7 @@ func (pc *pace) learn(header, trailer metadata.MD, err error, answered bool) {
 			pc.admitted = pc.admitted[int64(len(pc.admitted))-quota:]
 		}
 	}
-	if answered && !refused && pc.quota > 0 {
+	if !refused && pc.quota > 0 {
 		pc.admitted = append(pc.admitted, now)
 	}
 	if wait > 0 {
