@@ -48,7 +48,11 @@ func newLoginServer(t *testing.T) *loginServer {
 		s.checks.Add(1)
 		return demoPassword(user, password)
 	}
-	h, err := newRouter(store.NewMemory(store.WithClock(s.clock.Now)), store.NewMemory(), newMetrics(), check)
+	observer, metrics, err := newMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := newRouter(store.NewMemory(store.WithClock(s.clock.Now)), store.NewMemory(), observer, metrics, check)
 	if err != nil {
 		t.Fatal(err)
 	}

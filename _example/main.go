@@ -1,7 +1,7 @@
 // Command _example is a chi server with per-route rate limits.
 //
-//	go run ./_example                                   # embedded Redis (miniredis)
-//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./_example # a real, shared Redis
+//	go run -C _example .                                   # embedded Redis (miniredis)
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run -C _example . # a real, shared Redis
 //
 // It listens on $ADDR (default :8080). Routes:
 //
@@ -14,8 +14,8 @@
 //	                        user name (not enforced on networks with no failure in
 //	                        15m); a success resets only the IP and user name pair
 //	GET /healthz            not limited
-//	GET /metrics            the limiters' decisions by policy and outcome, store errors,
-//	                        circuit state (Prometheus text format); not limited
+//	GET /metrics            the limiters' decisions, held requests, store errors and
+//	                        circuit state, from the metrics/prometheus adapter; not limited
 //
 // At startup it checks that Redis answers (store.Redis.Ping) and logs the
 // server, or why it does not answer: then each copy limits on its own
@@ -40,9 +40,12 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
+	ratelimitprom "github.com/ratelimitkit/ratelimit/metrics/prometheus"
 	"github.com/ratelimitkit/ratelimit/store"
 )
 
@@ -76,7 +79,11 @@ func run() error {
 
 	// Fall back to an in-process store if Redis fails, so limits still hold
 	// per server during an outage.
-	handler, err := newRouter(st, store.NewMemory(), newMetrics(), demoPassword)
+	observer, metrics, err := newMetrics()
+	if err != nil {
+		return err
+	}
+	handler, err := newRouter(st, store.NewMemory(), observer, metrics, demoPassword)
 	if err != nil {
 		return err
 	}
@@ -98,15 +105,15 @@ func run() error {
 }
 
 // newRouter returns the example's routes, limited in st, falling back to
-// fallbackStore when st fails, every Limiter reporting to m (served on
-// /metrics); POST /login checks passwords with checkPassword. The tests
-// build their server with it too.
-func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func(user, password string) bool) (http.Handler, error) {
+// fallbackStore when st fails, every Limiter reporting to observer
+// (metrics serves what it counts on /metrics); POST /login checks
+// passwords with checkPassword. The tests build their server with it too.
+func newRouter(st, fallbackStore ratelimit.Store, observer ratelimit.Observer, metrics http.Handler, checkPassword func(user, password string) bool) (http.Handler, error) {
 	byIP := ratelimit.ByIP() // RemoteAddr; add ratelimit.TrustedProxies(...) behind a proxy
 	byKey := ratelimit.ByHeader("X-API-Key")
 	fallback := ratelimit.WithFallback(fallbackStore)
 	// Every limiter reports to one observer, served on /metrics.
-	observe := ratelimit.WithObserver(m)
+	observe := ratelimit.WithObserver(observer)
 
 	hello, err := ratelimit.New(st, ratelimit.MustParsePolicy("10/s, 120/m, 240/h", ratelimit.Named("hello")),
 		ratelimit.WithIdentifiers(byIP, byKey), fallback, observe)
@@ -132,7 +139,7 @@ func newRouter(st, fallbackStore ratelimit.Store, m *metrics, checkPassword func
 
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	r.Handle("/metrics", m)
+	r.Handle("/metrics", metrics)
 	r.With(login.ip.Handler, login.net.Handler, login.user.Handler, login.userClean.Handler, login.pair.Handler).Post("/login", login.serve)
 	r.Route("/api", func(r chi.Router) {
 		r.With(hello.Handler).Get("/hello", func(w http.ResponseWriter, r *http.Request) {
@@ -351,4 +358,18 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// newMetrics returns the metrics/prometheus adapter, which the Limiters
+// report to, and the handler that serves its registry on /metrics.
+func newMetrics() (ratelimit.Observer, http.Handler, error) {
+	collector, err := ratelimitprom.New()
+	if err != nil {
+		return nil, nil, err
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collector); err != nil {
+		return nil, nil, err
+	}
+	return collector, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
 }

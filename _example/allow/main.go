@@ -2,7 +2,7 @@
 // work, by keys you choose. Here exports of rows, 100 rows an hour per
 // tenant.
 //
-//	go run ./_example/allow
+//	go run -C _example ./allow
 package main
 
 import (

@@ -2,7 +2,7 @@
 // /api routes, counters shared through the Redis that REDIS_URL names
 // (127.0.0.1:6379 when unset).
 //
-//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./_example/chi
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run -C _example ./chi
 package main
 
 import (

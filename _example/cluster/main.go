@@ -3,7 +3,7 @@
 // need them running: building a client or a store dials nothing; the first
 // request does. With them running, Ping says so.
 //
-//	go run ./_example/cluster
+//	go run -C _example ./cluster
 package main
 
 import (

@@ -5,7 +5,7 @@
 // handler returns. A response larger than the quota leaves the client in
 // debt: denied, with a Retry-After, until its window has room again.
 //
-//	go run ./_example/metered
+//	go run -C _example ./metered
 package main
 
 import (

@@ -1,7 +1,7 @@
 // Command nethttp is the README's quick start with net/http: one policy
 // for the GET /hello route of a ServeMux, counters in this process.
 //
-//	go run ./_example/nethttp
+//	go run -C _example ./nethttp
 package main
 
 import (

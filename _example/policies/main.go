@@ -1,7 +1,7 @@
 // Command policies builds the README's example policies and prints them,
 // and the error of a policy that does not parse.
 //
-//	go run ./_example/policies
+//	go run -C _example ./policies
 package main
 
 import (

@@ -1,7 +1,7 @@
 // Command proxy shows which client address ByIP limits behind a load
 // balancer: forwarded headers count only when the peer is a trusted proxy.
 //
-//	go run ./_example/proxy
+//	go run -C _example ./proxy
 package main
 
 import (

@@ -5,7 +5,7 @@
 // slot frees when a report ends); another key runs; once a report ends,
 // its slot is free again.
 //
-//	go run ./_example/reports
+//	go run -C _example ./reports
 package main
 
 import (

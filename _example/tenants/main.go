@@ -3,7 +3,7 @@
 // policy name ("api") with different rates, so they share the tenant's
 // counters and the new rate applies to what was used.
 //
-//	go run ./_example/tenants
+//	go run -C _example ./tenants
 package main
 
 import (

@@ -11,7 +11,7 @@
 //     module resolve to the code beside it (never a downloaded copy) and
 //     other imports to the module's go.mod. Compiler messages name the
 //     README's lines. A program whose leading comment says
-//     "go run ./_example/NAME" must also be a copy of _example/NAME/main.go,
+//     "go run -C _example ./NAME" must also be a copy of _example/NAME/main.go,
 //     byte for byte: the README quotes that file.
 //   - A fragment: it has a comment line "// fragment: see FILE". Its other
 //     lines (blank lines and "..." elisions aside) must appear in FILE in
@@ -80,7 +80,7 @@ var (
 	fenceOpen  = regexp.MustCompile("^```go\\s*$")
 	fenceClose = regexp.MustCompile("^```\\s*$")
 	fragmentRe = regexp.MustCompile(`^\s*//\s*fragment:\s*see\s+(\S+)`)
-	goRunRe    = regexp.MustCompile(`go run \./(_example(?:/[A-Za-z0-9_.-]+)*)\b`)
+	goRunRe    = regexp.MustCompile(`go run -C _example \./([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)\b`)
 	elision    = regexp.MustCompile(`^\s*(//\s*)?(\.\.\.|…)\s*$`)
 	spaces     = regexp.MustCompile(`[ \t]+`)
 )
@@ -132,7 +132,7 @@ func fragmentOf(b block) string {
 }
 
 // quotedFile returns the file a program's leading comment names with
-// "go run ./_example/NAME", or "".
+// "go run -C _example ./NAME", or "".
 func quotedFile(b block) string {
 	for _, l := range b.lines {
 		t := strings.TrimSpace(l)
@@ -140,7 +140,7 @@ func quotedFile(b block) string {
 			break
 		}
 		if m := goRunRe.FindStringSubmatch(t); m != nil {
-			return filepath.Join(filepath.FromSlash(m[1]), "main.go")
+			return filepath.Join("_example", filepath.FromSlash(m[1]), "main.go")
 		}
 	}
 	return ""

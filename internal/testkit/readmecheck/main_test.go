@@ -53,9 +53,9 @@ func TestClassify(t *testing.T) {
 		quoted  string
 	}{
 		{"package main\n", true, ""},
-		{"// Command x does y.\n//\n//\tgo run ./_example/x\npackage main\n", true, filepath.Join("_example", "x", "main.go")},
-		{"\n// go run ./_example/a/b\n\npackage main", true, filepath.Join("_example", "a", "b", "main.go")},
-		{"package main\n// go run ./_example/late\n", true, ""}, // only the leading comment counts
+		{"// Command x does y.\n//\n//\tgo run -C _example ./x\npackage main\n", true, filepath.Join("_example", "x", "main.go")},
+		{"\n// go run -C _example ./a/b\n\npackage main", true, filepath.Join("_example", "a", "b", "main.go")},
+		{"package main\n// go run -C _example ./late\n", true, ""}, // only the leading comment counts
 		{"package store\n", false, ""},
 		{"lim, err := ratelimit.New(st, p)\n", false, ""},
 		{"// package main\nx := 1\n", false, ""},
@@ -101,7 +101,7 @@ func TestCheckFragment(t *testing.T) {
 
 func TestCheckCopy(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "main.go")
-	src := "// go run ./_example/x\npackage main\n\nfunc main() {}\n"
+	src := "// go run -C _example ./x\npackage main\n\nfunc main() {}\n"
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestCheckCopy(t *testing.T) {
 	if msg := checkCopy("README.md", same, file); msg != "" {
 		t.Errorf("identical: %s", msg)
 	}
-	changed := block{line: 20, lines: []string{"// go run ./_example/x", "package main", "", "func main() { }"}}
+	changed := block{line: 20, lines: []string{"// go run -C _example ./x", "package main", "", "func main() { }"}}
 	if msg := checkCopy("README.md", changed, file); !strings.HasPrefix(msg, "README.md:23: the program is not a copy of") {
 		t.Errorf("changed line 4: message %q, want one naming README.md:23", msg)
 	}
@@ -137,7 +137,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	write("go.mod", "module example.com/m\n\ngo 1.23\n")
-	good := "// go run ./_example/good\npackage main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hi\") }\n"
+	good := "// go run -C _example ./good\npackage main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hi\") }\n"
 	write("_example/good/main.go", good)
 	md := strings.Join([]string{
 		"# m",                                    // 1
