@@ -20,7 +20,7 @@
 //	         cost and offset share its field, joined by BucketSep)
 //	Log      the ring's oldest slot, then Capacity slots: the times of the
 //	         last Capacity units of cost charged up to MemTime, oldest
-//	         first from that slot (in Redis, packed 16 digits each, Chunk
+//	         first from that slot (in Redis, packed TimeDigits digits each, Chunk
 //	         to a field)
 //	Fixed    the window index, and the cost counted in it
 //	Token    the theoretical arrival time (TAT) of the next token, after
@@ -40,7 +40,7 @@
 // bucket's TAT never included them.
 //
 // Redis also keeps, per identity, when its expiry was last set
-// (HashExpiry) and the resend IDs of its last charges (HashResends: 16
+// (HashExpiry) and the resend IDs of its last charges (HashResends: TimeDigits
 // digits of the time one was last pushed out, then ResendIDs IDs of
 // ResendIDLen characters).
 package layout

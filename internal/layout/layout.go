@@ -55,7 +55,7 @@ type Limit struct {
 	// Hash is the limit's first field in the Redis hash (fields of limits
 	// are numbers from FirstHashField).
 	Hash int64
-	// Chunk is how many 16-digit times a Log packs into one hash field.
+	// Chunk is how many times (TimeDigits each) a Log packs into one hash field.
 	Chunk int64
 	// MaxCapacity is, for a Log, the largest Capacity a policy of its ID
 	// can give it (policies of one ID may differ in their logs' rates):
@@ -144,9 +144,15 @@ const (
 	// MaxPending is the most pending reservations (distinct release
 	// times) an identity keeps.
 	MaxPending = 32
+	// TimeDigits is the width of a time (µs since the epoch, zero-padded)
+	// where Redis keeps times as text: a log's slots, a resend record's
+	// time, a pending reservation's release (TW in the script).
+	TimeDigits = 16
+	// CostDigits is the width of a pending reservation's cost.
+	CostDigits = 10
 	// PendingDigits is the length of one pending reservation in
-	// HashPending: 16 digits of release time, 10 of cost.
-	PendingDigits = 26
+	// HashPending: its release time, then its cost.
+	PendingDigits = TimeDigits + CostDigits
 	// Stride is how many numbers describe one limit to the script, at
 	// the positions below.
 	Stride = 7
@@ -206,7 +212,7 @@ func (l Limit) hashFields(smallLog int64) int64 {
 	return 3
 }
 
-// Chunk sizes of a log: SmallLogChunk 16-digit times a field (64 bytes,
+// Chunk sizes of a log: SmallLogChunk times a field (64 bytes,
 // the most a small hash keeps in its compact encoding) for the small logs
 // of SlidingWindow (Compile's smallLog or less), LogChunk for larger.
 const (
@@ -214,7 +220,7 @@ const (
 	LogChunk      = 32
 )
 
-// LogChunkOf is how many 16-digit times a log of capacity packs into one
+// LogChunkOf is how many times (TimeDigits each) a log of capacity packs into one
 // hash field.
 func LogChunkOf(capacity, smallLog int64) int64 {
 	if capacity <= smallLog {

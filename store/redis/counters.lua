@@ -4,7 +4,7 @@
 -- The counters. s holds the fields of one identity read so far: s[1] the
 -- time of the last charge; s.block, s.blocklim, s.expiry, s.resends,
 -- s.gen the other identity fields; numbered fields from F_FIRST the
--- limits' own, as numbers, except a log's chunks (strings of 16-digit
+-- limits' own, as numbers, except a log's chunks (strings of TW-digit
 -- times; false when the field does not exist) and a sub-bucket's field x,
 -- which holds its cost and latest admission (BSEP between them): s[x] is
 -- the cost, s[-x] the offset; s.qa, s.qc, s.h the pending reservations.
@@ -422,7 +422,7 @@ local function units(s, key, j, t, c, out, o)
   -- this charge already set to t: the ring holds t in every slot.
   local n = c
   if n > R then n = R end
-  o = lwrite(s, key, j, ptr, n, fmt('%016d', t), out, o)
+  o = lwrite(s, key, j, ptr, n, fmt(TFMT, t), out, o)
   s[off] = (ptr + c) % R
   out[o], out[o + 1] = off, s[off] + R * LOGBASE
   return o + 2

@@ -227,15 +227,15 @@ if (OP == 'f' or MULTI) and BAKED then
             while lo < hi do
               local mid = floor((lo + hi) / 2)
               local pos = (ptr + mid) % cap
-              local c, at = v[x + 1 + floor(pos / cs)], pos % cs * 16
+              local c, at = v[x + 1 + floor(pos / cs)], pos % cs * TW
               local slot = 0
-              if c and #c >= at + 16 then slot = tonumber(sub(c, at + 1, at + 16)) end
+              if c and #c >= at + TW then slot = tonumber(sub(c, at + 1, at + TW)) end
               if slot + per <= now then lo = mid + 1 else hi = mid end
             end
             local ci = floor(ptr / cs)
             local str, nsl = v[x + 1 + ci] or '', cs
             if (ci + 1) * cs > cap then nsl = cap - ci * cs end
-            if lo == 0 or #str % 16 ~= 0 or #str > nsl * 16 then
+            if lo == 0 or #str % TW ~= 0 or #str > nsl * TW then
               ok = false
               break
             end
@@ -243,14 +243,14 @@ if (OP == 'f' or MULTI) and BAKED then
             if lo < cap then
               -- The oldest unit still counting leaves first.
               local pos = (ptr + lo) % cap
-              local c, at = v[x + 1 + floor(pos / cs)], pos % cs * 16
+              local c, at = v[x + 1 + floor(pos / cs)], pos % cs * TW
               local slot = 0
-              if c and #c >= at + 16 then slot = tonumber(sub(c, at + 1, at + 16)) end
+              if c and #c >= at + TW then slot = tonumber(sub(c, at + 1, at + TW)) end
               refill = slot + per - now
             end
-            str = str .. string.rep('0', nsl * 16 - #str)
-            local at = ptr % cs * 16
-            wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x + 1 + ci], sub(str, 1, at) .. fmt('%016d', now) .. sub(str, at + 17), f[x], fmt('%d', (ptr + 1) % cap + cap * LOGBASE), o + 4
+            str = str .. string.rep('0', nsl * TW - #str)
+            local at = ptr % cs * TW
+            wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x + 1 + ci], sub(str, 1, at) .. fmt(TFMT, now) .. sub(str, at + TW + 1), f[x], fmt('%d', (ptr + 1) % cap + cap * LOGBASE), o + 4
             x = x + 1 + ceil(cap / cs)
           elseif kind == K_TOKEN then
             -- A TAT written in another interval (by a policy of the same
@@ -311,13 +311,13 @@ if (OP == 'f' or MULTI) and BAKED then
           -- when it is full, the oldest ID leaves and the time is noted (rid is
           -- RIDLEN characters).
           if not d then
-            d = ZERO16 .. rid
-          elseif #d + #rid <= 16 + RIDLEN * RIDN then
+            d = ZEROT .. rid
+          elseif #d + #rid <= TW + RIDLEN * RIDN then
             d = d .. rid
           else
             local pt = ts
-            if #pt ~= 16 then pt = fmt('%016d', now) end
-            d = pt .. sub(d, 17 + RIDLEN) .. rid
+            if #pt ~= TW then pt = fmt(TFMT, now) end
+            d = pt .. sub(d, TW + 1 + RIDLEN) .. rid
           end
         end
         local xs = sx < need and fmt('%d', need + ttl * XSLACK)

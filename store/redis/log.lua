@@ -1,7 +1,7 @@
 -- log.lua: a log's ring, which a policy of a larger rate of the same ID
 -- grows (see script.lua and counters.lua).
 
--- lchunk is how many 16-digit times a ring of R slots packs into one
+-- lchunk is how many TW-digit times a ring of R slots packs into one
 -- field (internal/layout's LogChunkOf).
 local function lchunk(R)
   if R <= LOGSMALL then return SCHUNK end
@@ -39,12 +39,12 @@ local function lrelay(s, key, j)
     for i = 1, m do s[f[i]] = v[i] or false end
   end
   local slots = {}
-  for i = 1, cap - rc do slots[i] = ZERO16 end
+  for i = 1, cap - rc do slots[i] = ZEROT end
   for i = 0, rc - 1 do
     local pos = (ptr + i) % rc
-    local c, at = s[off + 1 + floor(pos / ocs)], pos % ocs * 16
-    local t = ZERO16
-    if c and #c >= at + 16 then t = sub(c, at + 1, at + 16) end
+    local c, at = s[off + 1 + floor(pos / ocs)], pos % ocs * TW
+    local t = ZEROT
+    if c and #c >= at + TW then t = sub(c, at + 1, at + TW) end
     slots[#slots + 1] = t
   end
   local cs = lchunk(cap)
@@ -72,9 +72,9 @@ local function lslot(s, key, j, i)
     s[f] = c
   end
   if not c then return 0 end
-  local o = (pos % cs) * 16
-  if #c < o + 16 then return 0 end
-  return tonumber(sub(c, o + 1, o + 16))
+  local o = (pos % cs) * TW
+  if #c < o + TW then return 0 end
+  return tonumber(sub(c, o + 1, o + TW))
 end
 
 -- lunit returns the time of the i-th oldest of the last capacity units
@@ -102,7 +102,7 @@ local function lavail(s, key, j, t)
 end
 
 -- lwrite sets the slots of positions pos..pos+c-1 (ring order) of a log to
--- the 16-digit time ts, appending the changed chunk fields to out.
+-- the TW-digit time ts, appending the changed chunk fields to out.
 local function lwrite(s, key, j, pos, c, ts, out, o)
   local R, off = s.ring[j], P[j + P_HASH]
   local cs = lchunk(R)
@@ -118,7 +118,7 @@ local function lwrite(s, key, j, pos, c, ts, out, o)
     if (ci + 1) * cs > R then nsl = R - ci * cs end
     local parts = {}
     for q = 0, nsl - 1 do
-      if #str >= q * 16 + 16 then parts[q + 1] = sub(str, q * 16 + 1, q * 16 + 16) else parts[q + 1] = ZERO16 end
+      if #str >= q * TW + TW then parts[q + 1] = sub(str, q * TW + 1, q * TW + TW) else parts[q + 1] = ZEROT end
     end
     while i < c and floor(((pos + i) % R) / cs) == ci do
       parts[(pos + i) % R % cs + 1] = ts

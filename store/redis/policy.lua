@@ -28,13 +28,13 @@ end
 
 -- Pending reservations: s.qa, s.qc their release times and costs, in
 -- order of release, s.h the units they hold; the field F_PENDING holds
--- them, QLEN digits each (16 of release time, 10 of cost).
+-- them, QLEN digits each (TW of release time, then the cost).
 local function pending(s, q)
   local qa, qc, h = {}, {}, 0
   if q then
     for i = 1, #q - QLEN + 1, QLEN do
       local n = #qa + 1
-      qa[n], qc[n] = tonumber(sub(q, i, i + 15)), tonumber(sub(q, i + 16, i + QLEN - 1))
+      qa[n], qc[n] = tonumber(sub(q, i, i + TW - 1)), tonumber(sub(q, i + TW, i + QLEN - 1))
       h = h + qc[n]
     end
   end
@@ -44,6 +44,6 @@ end
 -- qstring writes s's pending reservations as the field F_PENDING.
 local function qstring(s)
   local parts = {}
-  for i = 1, #s.qa do parts[i] = fmt('%016d%010d', s.qa[i], s.qc[i]) end
+  for i = 1, #s.qa do parts[i] = fmt(QFMT, s.qa[i], s.qc[i]) end
   return table.concat(parts)
 end

@@ -73,7 +73,7 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
       table.sort(keep)
       for ci = 0, ceil(R / cs) - 1 do
         local parts = {}
-        for q = ci * cs + 1, math.min((ci + 1) * cs, R) do parts[#parts + 1] = fmt('%016d', keep[q]) end
+        for q = ci * cs + 1, math.min((ci + 1) * cs, R) do parts[#parts + 1] = fmt(TFMT, keep[q]) end
         out[o], out[o + 1], o = off + 1 + ci, table.concat(parts), o + 2
       end
       out[o], out[o + 1], o = off, R * LOGBASE, o + 2

@@ -4,7 +4,7 @@
 -- Resend IDs. Every call carries an ID (RIDLEN characters) that go-redis
 -- writes again, prefixed with '!' and followed by the call's horizon (µs;
 -- 0: none), when it sends the call again after losing its reply
--- (resend.go). A key's field F_RESENDS holds, after 16 digits of the time
+-- (resend.go). A key's field F_RESENDS holds, after TW digits of the time
 -- its last ID was pushed out, the IDs of its last RIDN charges.
 local RESEND_LOST = 'RESEND ratelimit: a resent call found no record of its first run (more charges of its key came between than the key remembers); nothing was charged'
 
@@ -18,8 +18,8 @@ end
 -- resendfound reports whether d lists the ID rid.
 local function resendfound(d, rid)
   if not d or rid == '' then return false end
-  local q = find(d, rid, 17, true)
-  while q and (q - 17) % RIDLEN ~= 0 do q = find(d, rid, q + 1, true) end
+  local q = find(d, rid, TW + 1, true)
+  while q and (q - TW - 1) % RIDLEN ~= 0 do q = find(d, rid, q + 1, true) end
   return q ~= nil
 end
 
@@ -27,16 +27,16 @@ end
 -- horizon of now (any time, for horizon 0).
 local function resendlost(d, now, horizon)
   if not d then return false end
-  local pt = tonumber(sub(d, 1, 16)) or 0
+  local pt = tonumber(sub(d, 1, TW)) or 0
   return pt > 0 and (horizon == 0 or pt >= now - horizon)
 end
 
 -- resendrecord returns d with rid added, the oldest ID pushed out (and the
 -- time noted) when it holds RIDN already.
 local function resendrecord(d, rid, now)
-  local pt, ids = ZERO16, ''
-  if d then pt, ids = sub(d, 1, 16), sub(d, 17) end
+  local pt, ids = ZEROT, ''
+  if d then pt, ids = sub(d, 1, TW), sub(d, TW + 1) end
   ids = ids .. rid
-  if #ids > RIDLEN * RIDN then ids, pt = sub(ids, RIDLEN + 1), fmt('%016d', now) end
+  if #ids > RIDLEN * RIDN then ids, pt = sub(ids, RIDLEN + 1), fmt(TFMT, now) end
   return pt .. ids
 end

@@ -95,6 +95,8 @@ var prelude = func() string {
 		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qPending, qHead))
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
 	line([]string{"XSLACK", "MAXSPAN"}, num(expirySlack, layout.MaxSpanUS))
+	tfmt := "%0" + strconv.Itoa(layout.TimeDigits) + "d"
+	line([]string{"TW", "TFMT", "QFMT", "ZEROT"}, append(num(layout.TimeDigits), quote(tfmt, tfmt+"%0"+strconv.Itoa(layout.CostDigits)+"d", strings.Repeat("0", layout.TimeDigits))...))
 	line([]string{"BSEP", "BFMT"}, quote(layout.BucketSep, "%d"+layout.BucketSep+"%d"))
 	line([]string{"LOGBASE", "LOGSMALL", "SCHUNK", "LCHUNK"}, num(layout.LogPointerBase, ratelimit.ExactRateMax, layout.SmallLogChunk, layout.LogChunk))
 	return b.String()

@@ -16,7 +16,9 @@
 -- M_UPTO and M_FORCE, a take's modes; RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
 -- and of a limit's part; MARGS, the arguments per call of a batch ('m');
 -- the policy header's positions Q_* and size QHEAD;
--- the expiry slack XSLACK; MAXSPAN, ratelimit.MaxSpan in µs; BSEP, which joins a sub-bucket's cost and
+-- the expiry slack XSLACK; MAXSPAN, ratelimit.MaxSpan in µs; TW, the width
+-- of a time kept as text (layout.TimeDigits), TFMT its format, QFMT a pending
+-- reservation's (time, then cost) and ZEROT a time of 0; BSEP, which joins a sub-bucket's cost and
 -- latest admission in its one field, and BFMT, the format of that field;
 -- LOGBASE, which packs a log's pointer field (its oldest slot plus its
 -- capacity times LOGBASE), and LOGSMALL, SCHUNK and LCHUNK: a log of
@@ -62,5 +64,4 @@
 -- The policy: TTL (ms), NL (limits), BLOCK (µs), IDTTL (µs), RES ('1' when
 -- every limit can reserve), then STRIDE numbers per limit (P_* order).
 local tonumber, floor, ceil, fmt, sub, find, byte = tonumber, math.floor, math.ceil, string.format, string.sub, string.find, string.byte
-local ZERO16 = '0000000000000000'
 local OP = ARGV[1]
