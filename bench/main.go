@@ -41,6 +41,7 @@ type config struct {
 	rounds    int
 	only      *regexp.Regexp
 	cpuprof   string
+	pin       bool
 }
 
 // Defaults sized so that the whole default run (a–c 18 rows each, d 22,
@@ -73,7 +74,16 @@ func main() {
 	flag.Int64Var(&cfg.scale, "scale", 1_000_000, "multiplier of the rates in scenarios a-c, so that every request is allowed")
 	flag.StringVar(&only, "only", "", "run only the rows whose name matches this regular expression (redis_rate is always run, for the ratios)")
 	flag.StringVar(&cfg.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.BoolVar(&cfg.pin, "pin", false, "pinned mode: the private redis-server on core 0 alone, this program on the other cores (taskset; Linux, 2 CPUs or more): Redis's CPU per decision as where Redis has a machine of its own")
 	flag.Parse()
+	if cfg.pin && cfg.redisAddr != "" {
+		fatalf("-pin pins the private redis-server this program starts: leave -redis empty")
+	}
+	if cfg.pin {
+		if err := pin(); err != nil {
+			fatalf("%v", err)
+		}
+	}
 	if flag.NArg() > 0 {
 		fatalf("unexpected arguments %q", flag.Args())
 	}
@@ -135,7 +145,11 @@ func run(cfg config, args []string) error {
 	if needRedis {
 		if addr == "" {
 			var err error
-			if proc, err = redisproc.Start(cfg.redisBin); err != nil {
+			core := -1
+			if cfg.pin {
+				core = redisCore
+			}
+			if proc, err = redisproc.StartOnCore(cfg.redisBin, core); err != nil {
 				return err
 			}
 			defer proc.Stop()

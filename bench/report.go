@@ -143,7 +143,7 @@ func (r *report) markdown() string {
 		r.cpuModel, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		r.loadStart, loadAvg(), r.end.Sub(r.start).Round(time.Second))
 	if r.redisVersion != "" {
-		w("- Redis %s: %s; client and server share the machine's CPUs\n", r.redisVersion, redisKind)
+		w("- Redis %s: %s; %s\n", r.redisVersion, redisKind, pinnedTopology())
 	}
 	if r.gitState != "" {
 		w("- library measured: ratelimit at git %s\n", r.gitState)

@@ -29,7 +29,11 @@ type Proc struct {
 // waits until it answers PING (at most 10s). It tries a few ports in case
 // another process takes the chosen one first. On Linux the kernel kills the
 // server if the program dies without calling Stop.
-func Start(bin string) (*Proc, error) {
+func Start(bin string) (*Proc, error) { return StartOnCore(bin, -1) }
+
+// StartOnCore is Start with the server pinned to CPU core (taskset -c), as
+// Redis runs in production on a machine of its own; core < 0 pins nothing.
+func StartOnCore(bin string, core int) (*Proc, error) {
 	path, err := exec.LookPath(bin)
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not found (%w); install it or pass -redis host:port", err)
@@ -40,7 +44,7 @@ func Start(bin string) (*Proc, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := startOn(path, port)
+		p, err := startOn(path, port, core)
 		if err == nil {
 			return p, nil
 		}
@@ -49,12 +53,21 @@ func Start(bin string) (*Proc, error) {
 	return nil, lastErr
 }
 
-func startOn(path string, port int) (*Proc, error) {
+func startOn(path string, port, core int) (*Proc, error) {
 	dir, err := os.MkdirTemp("", "ratelimit-bench-redis-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(path,
+	args := []string{path}
+	if core >= 0 {
+		taskset, err := exec.LookPath("taskset")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pinning redis-server to core %d: %w", core, err)
+		}
+		args = []string{taskset, "-c", strconv.Itoa(core), path}
+	}
+	cmd := exec.Command(args[0], append(args[1:],
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -63,7 +76,7 @@ func startOn(path string, port int) (*Proc, error) {
 		"--daemonize", "no",
 		"--dir", dir,
 		"--loglevel", "warning",
-	)
+	)...)
 	cmd.Dir = dir
 	setPdeathsig(cmd)
 	if err := cmd.Start(); err != nil {
