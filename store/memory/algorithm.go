@@ -8,7 +8,7 @@ import (
 
 // This file is the reference of the algorithms, one limit at a time:
 // evaluate at a time and a cost, report, charge, refund. The Redis script
-// (store/redis/script.lua) mirrors it: the same state (internal/layout),
+// (lua/, script.lua and after) mirrors it: the same state (internal/layout),
 // the same integer arithmetic (microseconds; the approximation's one
 // weighted product in IEEE doubles, computed in the same order), the same
 // order of decisions. The conformance suite (store/storetest) holds the

@@ -9,7 +9,7 @@ import (
 
 // This file runs one request on the states of its keys: the decision both
 // stores make, written once for the memory store and mirrored by
-// store/redis/take.lua (the Redis Cluster path runs it one key at a time).
+// lua/take.lua (the Redis Cluster path runs it one key at a time).
 
 // keyState is one key's state and, after run, its outcome.
 type keyState struct {

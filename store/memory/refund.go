@@ -35,7 +35,7 @@ func (m *Store) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) 
 		}
 		// Empty counters, but a new epoch, kept while a charge made
 		// before the Reset could still count: its refund then finds
-		// another epoch and gives nothing back (store/redis/reset.lua).
+		// another epoch and gives nothing back (lua/reset.lua).
 		epoch := e.f[layout.MemGen]/layout.GenEpoch + 1
 		clear(e.f)
 		e.f[layout.MemGen] = epoch * layout.GenEpoch

@@ -2,11 +2,8 @@
 // uses the same Redis (a single server, Sentinel, a Cluster or a Ring) and
 // key prefix, each decision one script call on Redis's own clock.
 //
-// The script's source lives beside the Go code: script.lua (its opening),
-// lean.lua (the lean path of the common call), reset.lua, resend.lua (resend
-// IDs), policy.lua (the policy, places in line), log.lua (a log's ring),
-// kinds.lua (token buckets, weighted windows, slots), counters.lua, refund.lua,
-// slots.lua (releasing and renewing slots) and take.lua, joined by script.go, which also gives it the
+// The script's source is the top-level lua package (lua.Source, its files
+// listed there); script.go gives it the
 // names of internal/layout and, for the first policies a store sees, their
 // numbers as data. The Go side: store.go (the Store and its calls, within
 // their deadline), options.go, take.go (one call and its reply),

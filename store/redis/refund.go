@@ -12,7 +12,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
-// refundArgs lays out a refund's ARGV (script.lua): the operation, now (0:
+// refundArgs lays out a refund's ARGV (lua/script.lua): the operation, now (0:
 // Redis TIME), cost, the policy unless its script has it baked in, then
 // the marks of each key.
 func (p *prepared) refundArgs(now, cost int64, marks ...[]int64) []any {
@@ -30,7 +30,7 @@ func (p *prepared) refundArgs(now, cost int64, marks ...[]int64) []any {
 // Reset implements storekit.Resetter: every key's counters are emptied,
 // in one round trip (one script per key, sent together). Each key keeps
 // the epoch that voids refunds of charges made before the Reset, for as
-// long as those could still count (script.lua, reset).
+// long as those could still count (lua/reset.lua).
 func (r *Store) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) error {
 	if err := storekit.Validate(ratelimit.Request{Policy: p, Keys: keys}); err != nil {
 		return err

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	_ "embed"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/lua"
 	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 )
 
@@ -24,37 +24,9 @@ const (
 	opSlots  = "c" // release or renew a charge's slots (slots.go)
 )
 
-// The script's source, in files by job, joined in this order: the opening
-// (script.lua, which says what the script does), the lean path of the
-// common call, the reset, the resend IDs, the policy and places in line, a
-// log's ring, the arithmetic of the kinds of counter, the counters, the
-// refund, the slots' release and renewal, and the take.
-var (
-	//go:embed script.lua
-	opening string
-	//go:embed lean.lua
-	lean string
-	//go:embed reset.lua
-	reset string
-	//go:embed resend.lua
-	resendIDs string
-	//go:embed policy.lua
-	policyLua string
-	//go:embed log.lua
-	logLua string
-	//go:embed kinds.lua
-	kindsLua string
-	//go:embed counters.lua
-	counters string
-	//go:embed refund.lua
-	refund string
-	//go:embed slots.lua
-	slotsLua string
-	//go:embed take.lua
-	take string
-
-	source = opening + lean + reset + resendIDs + policyLua + logLua + kindsLua + counters + refund + slotsLua + take
-)
+// The script's source is the lua package's (the top-level lua/ folder),
+// after a prelude of names.
+var source = lua.Source
 
 // prelude gives the script, by name, the numbers internal/layout names:
 // the kinds of counter, the positions of a limit's parameters, the hash

@@ -72,7 +72,7 @@ func (r *Store) slots(ctx context.Context, rc ratelimit.Receipt, renew bool) (ra
 	return ratelimit.Receipt{Policy: c.Policy, Keys: c.Keys, Cost: c.Cost, Marks: marks}, nil
 }
 
-// slotArgs lays out the ARGV of a release or renewal (script.lua's 'c'):
+// slotArgs lays out the ARGV of a release or renewal (lua/script.lua's 'c'):
 // the operation, now (0: Redis TIME), '1' to renew, the policy unless its
 // script has it baked in, then the marks of each key.
 func (p *prepared) slotArgs(now int64, renew bool, marks ...[]int64) []any {

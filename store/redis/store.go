@@ -38,7 +38,7 @@ var _ storekit.Leaser = (*Store)(nil)
 // with ErrNodeUnavailable until a probe gets an answer, so a dead or hung
 // master does not cost every request the whole timeout.
 //
-// The store runs one script (script.lua). The first 64 policies a store
+// The store runs one script (lua/script.lua). The first 64 policies a store
 // sees each get a copy of it with the policy's numbers given as data, so a
 // call carries only its own arguments; Redis keeps one such copy per
 // distinct policy. Later policies share the generic copy, which takes the

@@ -11,7 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 )
 
-// takeArgs lays out a take's ARGV (script.lua): the operation and the
+// takeArgs lays out a take's ARGV (lua/script.lua): the operation and the
 // call's own arguments, then the policy's unless its script has them baked
 // in.
 func (p *prepared) takeArgs(now int64, o verdict.Call, rid any, hasID bool) []any {
@@ -102,7 +102,7 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 	return r.takeCluster(ctx, req, o, prep, keys, idKeys, now)
 }
 
-// Reply layout of the take script (script.lua): a header of rHeader
+// Reply layout of the take script (lua/script.lua): a header of rHeader
 // numbers, then per key rKeyHead (a kind, the time of its charge, its
 // refund count) and rPerLimit per limit. The prelude hands the three
 // sizes to the script.

@@ -1,10 +1,10 @@
 -- resend.lua: resend IDs, so that a resent call counts once (see
--- script.lua and resend.go).
+-- script.lua and store/redis/resend.go).
 
 -- Resend IDs. Every call carries an ID (RIDLEN characters) that go-redis
 -- writes again, prefixed with '!' and followed by the call's horizon (µs;
 -- 0: none), when it sends the call again after losing its reply
--- (resend.go). A key's field F_RESENDS holds, after TW digits of the time
+-- (store/redis/resend.go). A key's field F_RESENDS holds, after TW digits of the time
 -- its last ID was pushed out, the IDs of its last RIDN charges.
 local RESEND_LOST = 'RESEND ratelimit: a resent call found no record of its first run (more charges of its key came between than the key remembers); nothing was charged'
 

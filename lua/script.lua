@@ -3,14 +3,14 @@
 -- identity). Its source is this opening and, after it, lean.lua (the lean
 -- path of the common call), reset.lua, resend.lua, policy.lua, log.lua,
 -- kinds.lua, counters.lua, refund.lua, slots.lua and take.lua, joined by
--- script.go. It mirrors the memory store (store/memory), the reference:
+-- source.go. It mirrors the memory store (store/memory), the reference:
 -- the same state, laid out as internal/layout names it, the same integer
 -- arithmetic (microseconds; the approximation's one weighted product in
 -- IEEE doubles, computed in the same order), the same order of decisions.
 -- The conformance suite (store/storetest) holds the two to identical
 -- answers.
 --
--- script.go puts before it a prelude of names (the kinds K_*, a limit's
+-- store/redis/script.go puts before it a prelude of names (the kinds K_*, a limit's
 -- parameters P_* and STRIDE, the hash fields F_* and the time's field
 -- number I_TIME, the numbers RIDLEN, RIDN, QLEN, MAXQ, EPOCH, MAXREP, and
 -- M_UPTO and M_FORCE, a take's modes; RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head

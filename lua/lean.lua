@@ -26,7 +26,7 @@
 local BUCKET_READS = 4
 -- A batch ('m', see script.lua) runs the path once per call, in order, at
 -- one reading of Redis's clock; a call it cannot answer gets 0 (nothing
--- written) and goes again alone (multi.go). kb and ab count the keys and
+-- written) and goes again alone (store/redis/multi.go). kb and ab count the keys and
 -- arguments of the calls before this one.
 local MULTI = OP == 'm'
 if (OP == 'f' or MULTI) and BAKED then

@@ -1,0 +1,13 @@
+// Package lua holds the Redis store's script, embedded: the files of
+// this folder joined into one source (Source), which store/redis loads
+// with the numbers of internal/layout before it. script.lua, its
+// opening, says what the script does and what each operation takes and
+// replies; the others follow in the order Source joins them: lean.lua
+// (the lean path of the common call), reset.lua, resend.lua (resend IDs),
+// policy.lua (the policy, places in line), log.lua (a log's ring),
+// kinds.lua (token buckets, weighted windows, slots), counters.lua,
+// refund.lua, slots.lua (releasing and renewing slots) and take.lua.
+//
+// The script mirrors the memory store (store/memory), the reference; the
+// conformance suite (store/storetest) holds the two to identical answers.
+package lua

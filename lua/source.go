@@ -1,0 +1,35 @@
+package lua
+
+import _ "embed"
+
+var (
+	//go:embed script.lua
+	opening string
+	//go:embed lean.lua
+	lean string
+	//go:embed reset.lua
+	reset string
+	//go:embed resend.lua
+	resend string
+	//go:embed policy.lua
+	policy string
+	//go:embed log.lua
+	logRing string
+	//go:embed kinds.lua
+	kinds string
+	//go:embed counters.lua
+	counters string
+	//go:embed refund.lua
+	refund string
+	//go:embed slots.lua
+	slots string
+	//go:embed take.lua
+	take string
+)
+
+// Source is the script's text, without the prelude of names store/redis
+// puts before it: the opening, the lean path of the common call, the
+// reset, the resend IDs, the policy and places in line, a log's ring, the
+// arithmetic of the kinds of counter, the counters, the refund, the slots'
+// release and renewal, and the take.
+var Source = opening + lean + reset + resend + policy + logRing + kinds + counters + refund + slots + take
