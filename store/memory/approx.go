@@ -6,6 +6,60 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
 
+// approx is SlidingWindowApprox: the aligned window's index, its cost and
+// the previous window's cost, weighted (lua/approx.lua).
+type approx struct{}
+
+func (approx) evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
+	e.used, e.total = approxWindows(k.st, p, t)
+	e.avail = approxAvail(p, t, e.used, e.total)
+	switch {
+	case c > p.Capacity:
+		e.retry = -1
+	case c > e.avail:
+		e.retry = approxRetry(k.st, p, t, e, c)
+	}
+	return e
+}
+
+func (approx) report(k *counters, t int64, p *layout.Limit, e *eval, ch, at int64) (rem, reset int64) {
+	kk := t / p.Width
+	if e.used+ch > 0 {
+		reset = (kk+2)*p.Width - t
+	} else if e.total > 0 {
+		reset = (kk+1)*p.Width - t
+	}
+	return e.avail - ch, reset
+}
+
+// refill: until the weighted product admits one more than rem, at most
+// the end of the window (a microsecond less than exact).
+func (approx) refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64 {
+	w := p.Width
+	kk := t / w
+	end := (kk+1)*w - t
+	cur, prev := e.used+ch, e.total
+	m := p.Capacity - cur - (rem + 1)
+	if prev == 0 || m < 0 {
+		return end
+	}
+	d := int64(math.Floor(float64(w) - float64(m)*float64(w)/float64(prev)))
+	return min(max(kk*w+d-t-1, 0), end)
+}
+
+func (approx) charge(st []int64, t int64, p *layout.Limit, e *eval, c int64) {
+	st[p.Mem], st[p.Mem+1], st[p.Mem+2] = t/p.Width, e.used+c, e.total
+}
+
+func (approx) refund(st []int64, now, at int64, p *layout.Limit, c, tat int64, sameGen bool) {
+	switch k := at / p.Width; st[p.Mem] {
+	case k:
+		st[p.Mem+1] -= min(c, st[p.Mem+1])
+	case k + 1:
+		st[p.Mem+2] -= min(c, st[p.Mem+2])
+	}
+}
+
 // approxWindows returns the approximation's current and previous window
 // costs as seen at t.
 func approxWindows(st []int64, p *layout.Limit, t int64) (cur, prev int64) {

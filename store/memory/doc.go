@@ -7,10 +7,12 @@
 // Its files, by job: memory.go the store (shards, identities, request
 // IDs); refund.go Reset and Refund; engine.go one request over the states
 // of its keys (all or nothing, penalties, places in line); algorithm.go
-// each algorithm one limit at a time (evaluate, report, charge, refund);
-// log.go the exact log, and the layouts of rings grown by larger rates;
-// approx.go the weighted two-window approximation; pending.go places in
-// line. The layout of an identity's state is internal/layout's.
+// the steps every algorithm has, one limit at a time (evaluate, report,
+// refill, charge, refund), and one file per algorithm with those steps:
+// sliding.go (sub-buckets), log.go (the exact log, and the layouts of
+// rings grown by larger rates), fixed.go, token.go, approx.go (the
+// weighted two-window approximation) and concurrent.go; pending.go places
+// in line. The layout of an identity's state is internal/layout's.
 //
 // Most programs build it with store.NewMemory.
 package memory

@@ -7,6 +7,65 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/layout"
 )
 
+// logRing is the exact log: the times of the last Capacity units of cost
+// in a ring (SlidingLog, and SlidingWindow up to ExactRateMax;
+// lua/log.lua).
+type logRing struct{}
+
+// evaluate: cost c fits at t when the units of the log and of the
+// pending reservations that count after t-Period are at most
+// capacity-c: the c-th oldest of the last capacity units is older than
+// that.
+func (logRing) evaluate(k *counters, t int64, p *layout.Limit, c int64) (e eval) {
+	e.avail = logAvail(k, p, t)
+	if c > p.Capacity {
+		e.retry = -1
+	} else if free := logUnit(k, p, c-1) + p.Period; free > t {
+		e.retry = free - t
+	}
+	return e
+}
+
+func (logRing) report(k *counters, t int64, p *layout.Limit, e *eval, ch, at int64) (rem, reset int64) {
+	newest := logUnit(k, p, p.Capacity-1)
+	if ch > 0 {
+		newest = max(newest, at)
+	}
+	return e.avail - ch, max(newest+p.Period-t, 0)
+}
+
+// refill: the first unit to leave is the oldest counted one, or one
+// charged from t, which leaves a Period after t at the earliest.
+func (logRing) refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64 {
+	first := t
+	if e.avail < p.Capacity {
+		first = min(first, logUnit(k, p, e.avail))
+	}
+	return first + p.Period - t
+}
+
+func (logRing) charge(st []int64, t int64, p *layout.Limit, e *eval, c int64) {
+	chargeLog(st, t, p, c)
+}
+
+// refund: a charge that counts no more has nothing to undo.
+func (logRing) refund(st []int64, now, at int64, p *layout.Limit, c, tat int64, sameGen bool) {
+	if at+p.Period > now {
+		refundLog(st, at, p, c)
+	}
+}
+
+// chargeLog writes c units at time t into a log's ring. Units past the
+// ring's size (a settle's debt) would overwrite slots this charge already
+// set to t: the ring holds t in every slot.
+func chargeLog(st []int64, t int64, p *layout.Limit, c int64) {
+	ptr := st[p.Mem]
+	for i := int64(0); i < min(c, p.Ring); i++ {
+		st[p.Mem+1+int((ptr+i)%p.Ring)] = t
+	}
+	st[p.Mem] = (ptr + c) % p.Ring
+}
+
 // logSlot returns the time of the i-th oldest slot of a log's ring.
 func logSlot(st []int64, p *layout.Limit, i int64) int64 {
 	return st[p.Mem+1+int((st[p.Mem]+i)%p.Ring)]

@@ -35,40 +35,12 @@ type counters struct {
 func chargeUnits(st []int64, t int64, p *layout.Limit, c int64) {
 	switch p.Kind {
 	case layout.Token:
-		w := tokenWidth(st, p)
-		st[p.Mem], st[p.Mem+1] = layout.TokenCharge(st[p.Mem], t, c, w), w
-		return
+		chargeToken(st, t, p, c)
 	case layout.Buckets:
 		chargeBuckets(st, t, p, c)
-		return
+	default:
+		chargeLog(st, t, p, c)
 	}
-	// Units past the ring's size (a settle's debt) would overwrite slots
-	// this charge already set to t: the ring holds t in every slot.
-	ptr := st[p.Mem]
-	for i := int64(0); i < min(c, p.Ring); i++ {
-		st[p.Mem+1+int((ptr+i)%p.Ring)] = t
-	}
-	st[p.Mem] = (ptr + c) % p.Ring
-}
-
-// tokenTAT is a token bucket's theoretical arrival time with the pending
-// reservations charged in order of release, in the interval it was
-// written in.
-func tokenTAT(k *counters, p *layout.Limit) int64 {
-	tat, w := k.st[p.Mem], tokenWidth(k.st, p)
-	for _, r := range k.pend {
-		tat = max(tat, r.at) + r.cost*w
-	}
-	return tat
-}
-
-// tokenWidth is the emission interval a token bucket's TAT was written in:
-// its field after the TAT, or the limit's own when it was never written.
-func tokenWidth(st []int64, p *layout.Limit) int64 {
-	if w := st[p.Mem+1]; w != 0 {
-		return w
-	}
-	return p.Width
 }
 
 // drained reports whether k holds token buckets and every one of them
