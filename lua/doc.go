@@ -4,9 +4,11 @@
 // opening, says what the script does and what each operation takes and
 // replies; the others follow in the order Source joins them: lean.lua
 // (the lean path of the common call), reset.lua, resend.lua (resend IDs),
-// policy.lua (the policy, places in line), log.lua (a log's ring),
-// kinds.lua (token buckets, weighted windows, slots), counters.lua,
-// refund.lua, slots.lua (releasing and renewing slots) and take.lua.
+// policy.lua (the policy, places in line), one file for each algorithm's
+// own arithmetic, named as store/memory's files are (log.lua, token.lua,
+// approx.lua, concurrent.lua, sliding.lua), counters.lua (every
+// algorithm one step at a time), refund.lua, slots.lua (releasing and
+// renewing slots) and take.lua.
 //
 // The script mirrors the memory store (store/memory), the reference; the
 // conformance suite (store/storetest) holds the two to identical answers.

@@ -15,8 +15,14 @@ var (
 	policy string
 	//go:embed log.lua
 	logRing string
-	//go:embed kinds.lua
-	kinds string
+	//go:embed token.lua
+	token string
+	//go:embed approx.lua
+	approx string
+	//go:embed concurrent.lua
+	concurrent string
+	//go:embed sliding.lua
+	sliding string
 	//go:embed counters.lua
 	counters string
 	//go:embed refund.lua
@@ -29,7 +35,9 @@ var (
 
 // Source is the script's text, without the prelude of names store/redis
 // puts before it: the opening, the lean path of the common call, the
-// reset, the resend IDs, the policy and places in line, a log's ring, the
-// arithmetic of the kinds of counter, the counters, the refund, the slots'
-// release and renewal, and the take.
-var Source = opening + lean + reset + resend + policy + logRing + kinds + counters + refund + slots + take
+// reset, the resend IDs, the policy and places in line, the algorithms'
+// own arithmetic (a log's ring, a token bucket, the approximation, a
+// Concurrent limit's slots, sub-buckets), the counters of every algorithm
+// one step at a time, the refund, the slots' release and renewal, and the
+// take.
+var Source = opening + lean + reset + resend + policy + logRing + token + approx + concurrent + sliding + counters + refund + slots + take

@@ -8,7 +8,7 @@ package layout
 // anew) every quarter lease while it runs, and a holder that dies without
 // releasing it holds it at most a lease. The charge's mark (a receipt's, per limit) is the epoch its slot
 // is recorded in, plus one (0: none). Both stores compute these the same
-// way; the Redis script mirrors them (lua/kinds.lua).
+// way; the Redis script mirrors them (lua/concurrent.lua).
 
 // SlotsHeld returns the slots a Concurrent limit's fields (epoch e0, then
 // cur and prev) hold at t, with the epoch's width w.

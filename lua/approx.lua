@@ -1,0 +1,46 @@
+-- approx.lua: the weighted two-window approximation, as store/memory's
+-- approx.go counts it (see script.lua; counters.lua uses these).
+
+-- awin returns the current and previous windows' costs as seen at t.
+local function awin(s, j, t)
+  local off, k = P[j + P_HASH], floor(t / P[j + P_WIDTH])
+  local win = s[off]
+  if win == k then return s[off + 1], s[off + 2] end
+  if win == k - 1 then return 0, s[off + 1] end
+  return 0, 0
+end
+
+-- aavail: the weighted product in doubles, in the order Go computes it.
+local function aavail(j, t, cur, prev)
+  local per = P[j + P_WIDTH]
+  local e = t - floor(t / per) * per
+  local est = prev * (per - e) / per
+  local a = floor((P[j + P_CAP] - cur) - est)
+  if a < 0 then return 0 end
+  return a
+end
+
+local function aretry(s, j, t, cur, prev, c)
+  local per, cap = P[j + P_WIDTH], P[j + P_CAP]
+  local k = floor(t / per)
+  local function fits(x)
+    local a, b = awin(s, j, x)
+    return aavail(j, x, a, b) >= c
+  end
+  local x
+  local m = cap - cur - c
+  if m >= 0 and prev > 0 then
+    x = k * per + ceil(per - m * per / prev)
+  elseif cur > 0 then
+    x = (k + 1) * per + ceil(per - (cap - c) * per / cur)
+  else
+    x = (k + 1) * per
+  end
+  if x < t + 1 then x = t + 1 end
+  if x > (k + 2) * per then x = (k + 2) * per end
+  local i = 0
+  while i < 64 and not fits(x) do x, i = x + 1, i + 1 end
+  i = 0
+  while i < 64 and x > t + 1 and fits(x - 1) do x, i = x - 1, i + 1 end
+  return x - t
+end
