@@ -8,7 +8,8 @@
 // own arithmetic, named as store/memory's files are (log.lua, token.lua,
 // approx.lua, concurrent.lua, sliding.lua), counters.lua (every
 // algorithm one step at a time), refund.lua, slots.lua (releasing and
-// renewing slots) and take.lua.
+// renewing slots), frame.lua (a key's read, expiry and reply in a take)
+// and take.lua.
 //
 // The script mirrors the memory store (store/memory), the reference; the
 // conformance suite (store/storetest) holds the two to identical answers.

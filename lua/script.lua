@@ -3,7 +3,7 @@
 -- identity). Its source is this opening and, after it, lean.lua (the lean
 -- path of the common call), reset.lua, resend.lua, policy.lua, log.lua,
 -- token.lua, approx.lua, concurrent.lua, sliding.lua, counters.lua,
--- refund.lua, slots.lua and take.lua, joined by
+-- refund.lua, slots.lua, frame.lua and take.lua, joined by
 -- source.go. It mirrors the memory store (store/memory), the reference:
 -- the same state, laid out as internal/layout names it, the same integer
 -- arithmetic (microseconds; the approximation's one weighted product in

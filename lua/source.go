@@ -29,6 +29,8 @@ var (
 	refund string
 	//go:embed slots.lua
 	slots string
+	//go:embed frame.lua
+	frame string
 	//go:embed take.lua
 	take string
 )
@@ -38,6 +40,7 @@ var (
 // reset, the resend IDs, the policy and places in line, the algorithms'
 // own arithmetic (a log's ring, a token bucket, the approximation, a
 // Concurrent limit's slots, sub-buckets), the counters of every algorithm
-// one step at a time, the refund, the slots' release and renewal, and the
-// take.
-var Source = opening + lean + reset + resend + policy + logRing + token + approx + concurrent + sliding + counters + refund + slots + take
+// one step at a time, the refund, the slots' release and renewal, a
+// key's frame in a take (its read, its debt's expiry, its reply and
+// writes) and the take.
+var Source = opening + lean + reset + resend + policy + logRing + token + approx + concurrent + sliding + counters + refund + slots + frame + take
