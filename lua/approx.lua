@@ -44,3 +44,49 @@ local function aretry(s, j, t, cur, prev, c)
   while i < 64 and x > t + 1 and fits(x - 1) do x, i = x - 1, i + 1 end
   return x - t
 end
+
+-- The approximation's steps (store/memory's approx.go).
+local APPROX = {}
+
+function APPROX.evaluate(s, key, j, t, c)
+  local used, total = awin(s, j, t)
+  local avail, retry = aavail(j, t, used, total), 0
+  if c > P[j + P_CAP] then
+    retry = -1
+  elseif c > avail then
+    retry = aretry(s, j, t, used, total, c)
+  end
+  return used, total, avail, retry
+end
+
+function APPROX.report(s, key, j, t, used, total, avail, ch, at)
+  local w, reset = P[j + P_WIDTH], 0
+  local k = floor(t / w)
+  if used + ch > 0 then
+    reset = (k + 2) * w - t
+  elseif total > 0 then
+    reset = (k + 1) * w - t
+  end
+  return avail - ch, reset
+end
+
+-- refill: until the weighted product admits one more than rem, at most
+-- the end of the window (a microsecond less than exact).
+function APPROX.refill(s, key, j, t, used, total, avail, ch, rem)
+  local w, cap = P[j + P_WIDTH], P[j + P_CAP]
+  local k = floor(t / w)
+  local m = cap - (used + ch) - (rem + 1)
+  if total > 0 and m >= 0 then
+    local r = k * w + floor(w - m * w / total) - t - 1
+    if r < 0 then r = 0 end
+    if r < (k + 1) * w - t then return r end
+  end
+  return (k + 1) * w - t
+end
+
+function APPROX.charge(s, key, j, t, used, total, c, out, o)
+  local w, off = P[j + P_WIDTH], P[j + P_HASH]
+  out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
+  out[o + 4], out[o + 5] = off + 2, total
+  return o + 6
+end

@@ -5,9 +5,10 @@
 // replies; the others follow in the order Source joins them: lean.lua
 // (the lean path of the common call), reset.lua, resend.lua (resend IDs),
 // policy.lua (the policy, places in line), one file for each algorithm's
-// own arithmetic, named as store/memory's files are (log.lua, token.lua,
-// approx.lua, concurrent.lua, sliding.lua), counters.lua (every
-// algorithm one step at a time), refund.lua, slots.lua (releasing and
+// own arithmetic and steps (evaluate, report, refill, charge), named as
+// store/memory's files are (log.lua, token.lua, approx.lua,
+// concurrent.lua, sliding.lua, fixed.lua), counters.lua (the steps by
+// kind, places in line, folds and retimes), refund.lua, slots.lua (releasing and
 // renewing slots), frame.lua (a key's read, expiry and reply in a take)
 // and take.lua.
 //

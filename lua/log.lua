@@ -130,3 +130,70 @@ local function lwrite(s, key, j, pos, c, ts, out, o)
   end
   return o
 end
+
+-- lunits writes c units charged at t into a log's ring, appending the
+-- changed field, value pairs to out from index o (store/memory's
+-- chargeLog); a ring lrelay laid out anew is written whole.
+local function lunits(s, key, j, t, c, out, o)
+  local off = P[j + P_HASH]
+  local R, ptr = s.ring[j], s[off]
+  if s.relaid and s.relaid[j] then
+    -- The ring lrelay laid out anew: every chunk of it, and no field of
+    -- the old one past them.
+    local nch = ceil(R / lchunk(R))
+    for ci = 1, nch do out[o], out[o + 1], o = off + ci, s[off + ci], o + 2 end
+    if s.relaid[j] > nch then
+      local del = {}
+      for ci = nch + 1, s.relaid[j] do del[ci - nch] = nm(off + ci) end
+      redis.call('HDEL', key, unpack(del))
+    end
+    s.relaid[j] = nil
+  end
+  -- Units past the ring's size (a settle's debt) would overwrite slots
+  -- this charge already set to t: the ring holds t in every slot.
+  local n = c
+  if n > R then n = R end
+  o = lwrite(s, key, j, ptr, n, fmt(TFMT, t), out, o)
+  s[off] = (ptr + c) % R
+  out[o], out[o + 1] = off, s[off] + R * LOGBASE
+  return o + 2
+end
+
+-- The exact log's steps (store/memory's log.go).
+local LOG = {}
+
+-- evaluate: cost c fits at t when the c-th oldest of the last capacity
+-- units is older than t - Period.
+function LOG.evaluate(s, key, j, t, c)
+  local avail, retry = lavail(s, key, j, t), 0
+  if c > P[j + P_CAP] then
+    retry = -1
+  else
+    local free = lunit(s, key, j, c - 1) + P[j + P_PERIOD]
+    if free > t then retry = free - t end
+  end
+  return 0, 0, avail, retry
+end
+
+function LOG.report(s, key, j, t, used, total, avail, ch, at)
+  local newest = lunit(s, key, j, P[j + P_CAP] - 1)
+  if ch > 0 and at > newest then newest = at end
+  local reset = newest + P[j + P_PERIOD] - t
+  if reset < 0 then reset = 0 end
+  return avail - ch, reset
+end
+
+-- refill: the first unit to leave is the oldest counted one, or one
+-- charged from t, a Period after t at the earliest.
+function LOG.refill(s, key, j, t, used, total, avail, ch, rem)
+  local first = t
+  if avail < P[j + P_CAP] then
+    local u = lunit(s, key, j, avail)
+    if u < first then first = u end
+  end
+  return first + P[j + P_PERIOD] - t
+end
+
+function LOG.charge(s, key, j, t, used, total, c, out, o)
+  return lunits(s, key, j, t, c, out, o)
+end

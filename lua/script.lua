@@ -2,7 +2,7 @@
 -- key, all or nothing), refund (undo one charge) and reset (forget an
 -- identity). Its source is this opening and, after it, lean.lua (the lean
 -- path of the common call), reset.lua, resend.lua, policy.lua, log.lua,
--- token.lua, approx.lua, concurrent.lua, sliding.lua, counters.lua,
+-- token.lua, approx.lua, concurrent.lua, sliding.lua, fixed.lua, counters.lua,
 -- refund.lua, slots.lua, frame.lua and take.lua, joined by
 -- source.go. It mirrors the memory store (store/memory), the reference:
 -- the same state, laid out as internal/layout names it, the same integer

@@ -80,3 +80,139 @@ local function bcharge(s, key, j, t, c, out, o)
   out[o + 2], out[o + 3] = off, s[off]
   return o + 4
 end
+
+-- The sub-buckets' steps (store/memory's sliding.go).
+local SLIDING = {}
+
+function SLIDING.evaluate(s, key, j, t, c)
+  local cap, w, n, off, per = P[j + P_CAP], P[j + P_WIDTH], P[j + P_N], P[j + P_HASH], P[j + P_PERIOD]
+  local n1 = n + 1
+  local k, h = floor(t / w), floor(s[I_TIME] / w)
+  local used, total, retry = 0, 0, 0
+  if k - h < n1 then
+    bload(s, key, j, h + 1, k + 1)
+    total = s[off]
+    for b = h + 1, k do total = total - s[off + 1 + b % n1] end
+    used = total
+    local es = off + 1 + (k + 1) % n1
+    if s[es] ~= 0 and s[-es] <= t - k * w then used = used - s[es] end
+  end
+  -- Places in line (leases recorded ahead) are newer than every
+  -- sub-bucket: each counts until its time + Period.
+  for q = 1, #s.qa do
+    if s.qa[q] + per > t then used = used + s.qc[q] end
+  end
+  local avail = cap - used
+  if avail < 0 then avail = 0 end -- a settle's debt or a lower rate can count more
+  if c > cap then
+    retry = -1
+  elseif used + c > cap then
+    bload(s, key, j, k - n, h)
+    local need, freed = used + c - cap, 0
+    for b = k - n, h do
+      local x = off + 1 + b % n1
+      if s[x] ~= 0 and not (b == k - n and s[-x] <= t - k * w) then
+        freed = freed + s[x]
+        if freed >= need then
+          retry = (b + n) * w + s[-x] - t
+          break
+        end
+      end
+    end
+    for q = 1, #s.qa do
+      if retry ~= 0 then break end
+      if s.qa[q] + per > t then
+        freed = freed + s.qc[q]
+        if freed >= need then retry = s.qa[q] + per - t end
+      end
+    end
+  end
+  return used, total, avail, retry
+end
+
+-- report: the newest that counts: the charge, or a place in line (newer
+-- than every sub-bucket), else a sub-bucket.
+function SLIDING.report(s, key, j, t, used, total, avail, ch, at)
+  local w, rem = P[j + P_WIDTH], avail - ch
+  local newest = -1
+  if #s.qa > 0 then newest = s.qa[#s.qa] end
+  if ch > 0 and at > newest then newest = at end
+  if newest >= 0 then
+    local reset = newest + P[j + P_PERIOD] - t
+    if reset < 0 then reset = 0 end
+    return rem, reset
+  end
+  if used == 0 then return rem, 0 end -- no counted bucket holds any cost
+  local n, off = P[j + P_N], P[j + P_HASH]
+  local n1 = n + 1
+  local k, h = floor(t / w), floor(s[I_TIME] / w)
+  if k - h >= n1 then return rem, 0 end
+  -- The newest sub-bucket that counts, from the last charge's down: that
+  -- one holds cost but after a refund, so it is read alone first.
+  for b = h, k - n, -1 do
+    if b == h - 1 then bload(s, key, j, k - n, h - 1) else bload(s, key, j, b, b) end
+    local x = off + 1 + b % n1
+    if s[x] ~= 0 and not (b == k - n and s[-x] <= t - k * w) then
+      return rem, (b + n) * w + s[-x] - t
+    end
+  end
+  return rem, 0
+end
+
+-- refill: the oldest sub-bucket still counting leaves first, whole; past
+-- the edge one and the next, not the current one, with quota left, the
+-- claim stops where those two could leave at the earliest
+-- (store/memory's sliding refill).
+function SLIDING.refill(s, key, j, t, used, total, avail, ch, rem)
+  local w, n, off, per = P[j + P_WIDTH], P[j + P_N], P[j + P_HASH], P[j + P_PERIOD]
+  local n1, k, h = n + 1, floor(t / w), floor(s[I_TIME] / w)
+  -- No sub-bucket counting: the oldest place in line that does
+  -- (released by t, not yet folded), or one charged from t.
+  local function lines()
+    local first = t
+    for q = 1, #s.qa do
+      if s.qa[q] + per > t then
+        if s.qa[q] < first then first = s.qa[q] end
+        break
+      end
+    end
+    return first + per - t
+  end
+  if k - h >= n1 then return lines() end
+  if rem > 0 then
+    -- The loop below would stop at the edge sub-bucket, the one after
+    -- it or the current one, or else at the first of those between,
+    -- which makes the capped claim: so their costs, which total holds
+    -- (sub-buckets k-n..h), say which without reading those between.
+    bload(s, key, j, k - n, k - n + 1)
+    local e, x = off + 1 + (k - n) % n1, off + 1 + (k - n + 1) % n1
+    if s[e] ~= 0 and s[-e] > t - k * w then return k * w + s[-e] - t end
+    local between = total - s[e]
+    if k - n + 1 <= h then
+      if s[x] ~= 0 then return (k + 1) * w + s[-x] - t end
+      between = between - s[x]
+    end
+    local cur = 0
+    if h == k and n > 1 then cur = off + 1 + k % n1 end
+    if cur ~= 0 then
+      bload(s, key, j, k, k) -- read up front unless t is not the call's now
+      between = between - s[cur]
+    end
+    if between > 0 then return math.min((k + 2) * w - t, per) end
+    if cur ~= 0 and s[cur] ~= 0 then return (k + n) * w + s[-cur] - t end
+    return lines()
+  end
+  bload(s, key, j, k - n, h)
+  for b = k - n, h do
+    local x = off + 1 + b % n1
+    if s[x] ~= 0 and (b ~= k - n or s[-x] > t - k * w) then
+      if b > k - n + 1 and b ~= k and rem > 0 then return math.min((k + 2) * w - t, per) end
+      return (b + n) * w + s[-x] - t
+    end
+  end
+  return lines()
+end
+
+function SLIDING.charge(s, key, j, t, used, total, c, out, o)
+  return bcharge(s, key, j, t, c, out, o)
+end

@@ -23,6 +23,8 @@ var (
 	concurrent string
 	//go:embed sliding.lua
 	sliding string
+	//go:embed fixed.lua
+	fixed string
 	//go:embed counters.lua
 	counters string
 	//go:embed refund.lua
@@ -39,8 +41,9 @@ var (
 // puts before it: the opening, the lean path of the common call, the
 // reset, the resend IDs, the policy and places in line, the algorithms'
 // own arithmetic (a log's ring, a token bucket, the approximation, a
-// Concurrent limit's slots, sub-buckets), the counters of every algorithm
+// Concurrent limit's slots, sub-buckets, a fixed window), each with
+// its steps (evaluate, report, refill, charge), the counters of every algorithm
 // one step at a time, the refund, the slots' release and renewal, a
 // key's frame in a take (its read, its debt's expiry, its reply and
 // writes) and the take.
-var Source = opening + lean + reset + resend + policy + logRing + token + approx + concurrent + sliding + counters + refund + slots + frame + take
+var Source = opening + lean + reset + resend + policy + logRing + token + approx + concurrent + sliding + fixed + counters + refund + slots + frame + take

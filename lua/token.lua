@@ -55,3 +55,73 @@ local function tat(s, j)
   end
   return x
 end
+
+-- tafter is the TAT, before the charge ch, that a token bucket evaluated
+-- at t (used) reports from (store/memory's tokenAfter): the one it
+-- charged from, or, when nothing was charged, the one any request sees.
+local function tafter(s, j, t, used, ch)
+  if ch > 0 then return used end
+  local x = tat(s, j)
+  if x < t then x = t end
+  return x
+end
+
+-- tunits charges c units at t to a token bucket's TAT, in the interval it
+-- was written in, appending the changed field, value pairs to out from
+-- index o (store/memory's chargeToken).
+local function tunits(s, j, t, c, out, o)
+  local off, w = P[j + P_HASH], tw(s, j)
+  s[off] = tcharge(s[off], t, c, w)
+  out[o], out[o + 1] = off, fmt('%d', s[off])
+  if s[off + 1] ~= w then -- never written
+    s[off + 1] = w
+    out[o + 2], out[o + 3] = off + 1, w
+    return o + 4
+  end
+  return o + 2
+end
+
+-- The token bucket's steps (store/memory's token.go).
+local TOKEN = {}
+
+-- evaluate: in the interval the TAT was written in, against this burst.
+-- A lease is charged at its stamp: the TAT it starts from is no earlier.
+-- A cost up to the burst always fits a full bucket, and a lease whose
+-- hold and cost pass the room never does.
+function TOKEN.evaluate(s, key, j, t, c)
+  local cap, w = P[j + P_CAP], tw(s, j)
+  local used, avail, retry = tat(s, j), 0, 0
+  if used < t then used = t end
+  if s.stamp and used < s.stamp then used = s.stamp end
+  local limit = troom(cap, w)
+  local x = limit - (used - t)
+  if x > 0 then avail = floor(x / w) end
+  if c > cap or (s.stamp and (s.stamp - t) + troom(c, P[j + P_WIDTH]) > troom(cap, P[j + P_WIDTH])) then
+    retry = -1
+  else
+    local nx = (used - t) + troom(c, w)
+    if nx > limit then retry = nx - limit end
+  end
+  return used, 0, avail, retry
+end
+
+function TOKEN.report(s, key, j, t, used, total, avail, ch, at)
+  local w = tw(s, j)
+  local ahead = (tafter(s, j, t, used, ch) - t) + ch * w -- the TAT after the charge, from t
+  local rem = 0
+  local x = troom(P[j + P_CAP], w) - ahead
+  if x > 0 then rem = floor(x / w) end
+  return rem, ahead
+end
+
+function TOKEN.refill(s, key, j, t, used, total, avail, ch, rem)
+  local v = tw(s, j)
+  local room = troom(P[j + P_CAP], v)
+  local x = room - ((tafter(s, j, t, used, ch) - t) + ch * v)
+  if x >= room then return P[j + P_WIDTH] end -- full: a token comes back one interval after one is used
+  return (rem + 1) * v - x
+end
+
+function TOKEN.charge(s, key, j, t, used, total, c, out, o)
+  return tunits(s, j, t, c, out, o)
+end
