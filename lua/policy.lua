@@ -3,7 +3,6 @@
 -- nm names the numbered hash field x: its digits, made without a printf
 -- (Redis would turn a number argument into digits with a costlier one) or
 -- a call to floor.
-local char = string.char
 local function nm(x)
   if x < 10 then return char(48 + x) end
   if x < 100 then

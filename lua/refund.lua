@@ -82,9 +82,10 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
   return o
 end
 
-local now = clock(ARGV[2])
+local now -- the call's time: ARGV[2], or Redis TIME (main sets it)
 
-if OP == 'r' then
+-- oprefund is the refund ('r').
+local function oprefund()
   -- Refund: one charge (a Receipt), key by key.
   local cost = tonumber(ARGV[3])
   local base = 4
@@ -174,4 +175,3 @@ if OP == 'r' then
   end
   return done
 end
-

@@ -10,7 +10,8 @@ local function clock(arg)
   return now
 end
 
-if OP == 'x' then
+-- opreset is the reset ('x').
+local function opreset()
   -- Reset: the key keeps only its field F_GEN, with the next epoch in its
   -- high bits (the low bits count refunds), for as long as a charge made
   -- before the Reset could still count: a refund of such a charge then
@@ -27,4 +28,3 @@ if OP == 'x' then
   redis.call('PEXPIRE', KEYS[1], keep)
   return 1
 end
-

@@ -64,5 +64,12 @@
 --       Reply: 1 when the key existed, else 0.
 -- The policy: TTL (ms), NL (limits), BLOCK (µs), IDTTL (µs), RES ('1' when
 -- every limit can reserve), then STRIDE numbers per limit (P_* order).
-local tonumber, floor, ceil, fmt, sub, find, byte = tonumber, math.floor, math.ceil, string.format, string.sub, string.find, string.byte
-local OP = ARGV[1]
+-- std returns the functions of Lua's libraries the script uses, read when
+-- it is called: a library (FUNCTION LOAD) may not read them while it
+-- loads. The caller binds them before the first call (store/redis's
+-- script.go).
+local function std()
+  return tonumber, math.floor, math.ceil, string.format, string.sub, string.find, string.byte, string.char
+end
+local tonumber, floor, ceil, fmt, sub, find, byte, char
+local OP -- the call's operation, ARGV[1] (main sets it)

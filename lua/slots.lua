@@ -1,7 +1,8 @@
 -- slots.lua: the release and renew operations of Concurrent limits (see
 -- script.lua).
 
-if OP == 'c' then
+-- opslots is the release or renewal ('c').
+local function opslots()
   -- Release ('0') or renew ('1') the slots one charge holds, key by key
   -- (store/memory's slots): each Concurrent limit frees the slot the
   -- charge's mark names, if it still counts; renewing records it again

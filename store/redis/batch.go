@@ -58,15 +58,15 @@ type batcher struct {
 	max    int
 	mu     sync.Mutex
 	queue  []*pending
-	busy   int                     // calls and pipelines on the wire, or about to be
-	skip   map[*goredis.Script]int // batches a policy's calls go unmerged (multi.go)
-	single bool                    // every call its own command: a Cluster master's batcher (nodebatch.go)
+	busy   int             // calls and pipelines on the wire, or about to be
+	skip   map[*script]int // batches a policy's calls go unmerged (multi.go)
+	single bool            // every call its own command: a Cluster master's batcher (nodebatch.go)
 }
 
 // pending is one queued script call and, once done is closed, its answer.
 type pending struct {
 	ctx    context.Context
-	script *goredis.Script
+	script *script
 	keys   []string
 	args   []any
 	reply  []int64
@@ -77,7 +77,7 @@ type pending struct {
 // do runs one call: at once on the caller's goroutine when fewer than max
 // are on the wire, else queued for the next pipeline. It returns the
 // answer, or ctx's error once ctx ends.
-func (b *batcher) do(ctx context.Context, s *goredis.Script, keys []string, args []any) ([]int64, error) {
+func (b *batcher) do(ctx context.Context, s *script, keys []string, args []any) ([]int64, error) {
 	b.mu.Lock()
 	if b.busy < b.max {
 		b.busy++
@@ -179,11 +179,11 @@ func (b *batcher) send(batch []*pending) {
 	}
 	b.mu.Lock()
 	if b.skip == nil {
-		b.skip = map[*goredis.Script]int{}
+		b.skip = map[*script]int{}
 	}
 	wires := merge(live, b.skip, !b.single)
 	b.mu.Unlock()
-	cmds := pipeline(ctx, b.client, len(wires), func(i int) (*goredis.Script, []string, []any) {
+	cmds := pipeline(ctx, b.client, len(wires), func(i int) (*script, []string, []any) {
 		return wires[i].script, wires[i].keys, wires[i].args
 	})
 	var again []*pending

@@ -54,7 +54,7 @@ func (h *roundHook) record(cmds []goredis.Cmder) {
 	var ids []string
 	for _, c := range cmds {
 		a := c.Args()
-		if len(a) < 3 || (c.Name() != "evalsha" && c.Name() != "eval") {
+		if len(a) < 3 || (c.Name() != "fcall" && c.Name() != "evalsha" && c.Name() != "eval") {
 			return // not a script call: a connection's setup or SCRIPT LOAD
 		}
 		nk, _ := a[2].(int)

@@ -128,7 +128,7 @@ func (h *gateHook) DialHook(next goredis.DialHook) goredis.DialHook { return nex
 
 func (h *gateHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+		if cmd.Name() == "fcall" || cmd.Name() == "evalsha" || cmd.Name() == "eval" {
 			h.sent.Add(1)
 			<-h.gate
 		}
@@ -138,7 +138,7 @@ func (h *gateHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 
 func (h *gateHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		if cmds[0].Name() == "evalsha" || cmds[0].Name() == "eval" { // not a connection's setup
+		if cmds[0].Name() == "fcall" || cmds[0].Name() == "evalsha" || cmds[0].Name() == "eval" { // not a connection's setup
 			h.mu.Lock()
 			h.pipes = append(h.pipes, len(cmds))
 			h.mu.Unlock()

@@ -155,7 +155,7 @@ type gateRefunds struct {
 
 // isRefund reports whether a command runs the script's refund.
 func isRefund(a []any) bool {
-	if len(a) < 3 || !strings.EqualFold(fmt.Sprint(a[0]), "evalsha") && !strings.EqualFold(fmt.Sprint(a[0]), "eval") {
+	if len(a) < 3 || !strings.EqualFold(fmt.Sprint(a[0]), "fcall") && !strings.EqualFold(fmt.Sprint(a[0]), "evalsha") && !strings.EqualFold(fmt.Sprint(a[0]), "eval") {
 		return false
 	}
 	nk, err := strconv.Atoi(fmt.Sprint(a[2]))

@@ -197,7 +197,7 @@ func (d *diagnostics) observe(cmd goredis.Cmder, err error) {
 // ownCommand reports whether the store (Take, Ping) sends commands named so.
 func ownCommand(name string) bool {
 	switch strings.ToLower(name) {
-	case "evalsha", "eval", "evalsha_ro", "eval_ro", "info":
+	case "fcall", "evalsha", "eval", "evalsha_ro", "eval_ro", "info":
 		return true
 	}
 	return false

@@ -163,13 +163,21 @@ func (h slowScripts) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	}
 }
 
-// EVALSHA answered NOSCRIPT, and the EVAL sent next timed out: the error
-// says so. Once a script call gets an answer, the NOSCRIPT is history and
-// a later timeout does not blame it.
+// EVALSHA answered NOSCRIPT (the server flushed its scripts), and the EVAL
+// sent next timed out: the error says so. Once a script call gets an
+// answer, the NOSCRIPT is history and a later timeout does not blame it.
 func TestDiagnoseNoScript(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := newClient(t, &goredis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	s := mustNewRedis(t, c)
+	// A first call teaches the store that the server has no functions
+	// (miniredis): it keeps to EVALSHA from then on.
+	if err := takeWithin(s, 5*time.Second); err != nil {
+		t.Fatalf("first Take: %v", err)
+	}
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
 	slow := slowScripts{"eval": true}
 	c.AddHook(slow)
 

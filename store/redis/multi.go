@@ -34,7 +34,7 @@ const runBackoff = 8
 // wire is one command of a batch's pipeline: one call alone, or a run of
 // several (run).
 type wire struct {
-	script *goredis.Script
+	script *script
 	keys   []string
 	args   []any
 	calls  []*pending
@@ -53,10 +53,10 @@ func mergeable(args []any) bool {
 // (see runBackoff) has its calls sent alone, and one batch fewer left.
 // Without runs (a Cluster master's batch: a run's keys would span slots),
 // every call goes alone.
-func merge(live []*pending, skip map[*goredis.Script]int, runs bool) []*wire {
+func merge(live []*pending, skip map[*script]int, runs bool) []*wire {
 	wires := make([]*wire, 0, len(live))
-	open := map[*goredis.Script]*wire{}
-	skipped := map[*goredis.Script]bool{}
+	open := map[*script]*wire{}
+	skipped := map[*script]bool{}
 	for _, p := range live {
 		if skip[p.script] > 0 {
 			skipped[p.script] = true
@@ -103,7 +103,7 @@ func (w *wire) lay() {
 // runOne sends a common call as a run of one: what a Store does with every
 // common call when a test sets runs, so that the conformance suite goes
 // through the script's batch path.
-func runOne(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, keys []string, args []any) ([]int64, error) {
+func runOne(ctx context.Context, c goredis.UniversalClient, s *script, keys []string, args []any) ([]int64, error) {
 	p := &pending{ctx: ctx, script: s, keys: keys, args: args}
 	w := &wire{script: s, calls: []*pending{p}}
 	w.lay()
@@ -172,7 +172,7 @@ func alone(ctx context.Context, c goredis.UniversalClient, calls []*pending) {
 		p.reply, p.err = runScript(p.ctx, c, p.script, p.keys, args[0]).Int64Slice()
 		return
 	}
-	cmds := pipeline(ctx, c, len(calls), func(i int) (*goredis.Script, []string, []any) {
+	cmds := pipeline(ctx, c, len(calls), func(i int) (*script, []string, []any) {
 		return calls[i].script, calls[i].keys, args[i]
 	})
 	for i, p := range calls {

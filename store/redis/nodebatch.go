@@ -13,7 +13,7 @@ import (
 // that answers that the slot moved (MOVED, ASK: the script did not run)
 // has the call sent again through the Cluster client, which follows the
 // redirection and learns the new layout.
-func (r *Store) runBatched(ctx context.Context, node *goredis.Client, script *goredis.Script, keys []string, args []any) ([]int64, error) {
+func (r *Store) runBatched(ctx context.Context, node *goredis.Client, script *script, keys []string, args []any) ([]int64, error) {
 	if b := r.nodeBatcher(node); b != nil {
 		reply, err := b.do(ctx, script, keys, args)
 		if err == nil || !redirected(err) {

@@ -94,7 +94,7 @@ func (r *Store) circuitOf(node *goredis.Client) *nodeCircuit {
 // master's circuit: at once ErrNodeUnavailable while the circuit is open;
 // batched with the node's other calls (runBatched). keys live in one
 // slot: the key, and its request-ID record.
-func (r *Store) runOnNode(ctx context.Context, script *goredis.Script, keys []string, args []any) ([]int64, error) {
+func (r *Store) runOnNode(ctx context.Context, script *script, keys []string, args []any) ([]int64, error) {
 	node := r.nodeOf(ctx, keys[0])
 	c := r.circuitOf(node)
 	var probe bool

@@ -8,30 +8,31 @@ import (
 )
 
 // runEach runs script once per key in one pipeline; see pipeline.
-func runEach(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, keys []string, args func(int) []any) []*goredis.Cmd {
-	return pipeline(ctx, c, len(keys), func(i int) (*goredis.Script, []string, []any) {
+func runEach(ctx context.Context, c goredis.UniversalClient, s *script, keys []string, args func(int) []any) []*goredis.Cmd {
+	return pipeline(ctx, c, len(keys), func(i int) (*script, []string, []any) {
 		return s, keys[i : i+1], args(i)
 	})
 }
 
 // pipeline sends n script calls in one pipeline; call(i) says which. Calls
-// that find no cached script (NOSCRIPT, after a restart or SCRIPT FLUSH)
-// are sent again as EVAL in a second pipeline. Every command carries its
+// that find no cached script or function (after a restart, SCRIPT FLUSH or
+// FUNCTION FLUSH; see script.again) are sent again as EVAL in a second
+// pipeline. Every command carries its
 // own answer or error: one failing call (a dead Cluster node) does not
 // fail the others.
-func pipeline(ctx context.Context, c goredis.UniversalClient, n int, call func(i int) (*goredis.Script, []string, []any)) []*goredis.Cmd {
+func pipeline(ctx context.Context, c goredis.UniversalClient, n int, call func(i int) (*script, []string, []any)) []*goredis.Cmd {
 	cmds := make([]*goredis.Cmd, n)
 	_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i := range cmds {
 			s, keys, args := call(i)
-			cmds[i] = s.EvalSha(ctx, p, keys, args...)
+			cmds[i] = s.call(ctx, p, keys, args)
 		}
 		return nil
 	})
 	unanswered(cmds, err)
 	var again []int
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && isNoScript(err) {
+		if s, _, _ := call(i); s.again(ctx, c, cmd.Err()) {
 			again = append(again, i)
 		}
 	}

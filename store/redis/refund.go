@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
@@ -40,8 +38,8 @@ func (r *Store) Reset(ctx context.Context, p *ratelimit.Policy, keys ...string) 
 		rk[i] = redisKey(r.prefix, p.ID(), k)
 	}
 	ttl := plan.Layout(p).TTLMS + r.ttlExtra.Milliseconds() + 1
-	cmds := pipeline(ctx, r.client, len(rk), func(i int) (*goredis.Script, []string, []any) {
-		return generic, rk[i : i+1], []any{opReset, ttl}
+	cmds := pipeline(ctx, r.client, len(rk), func(i int) (*script, []string, []any) {
+		return r.scripts.anyPolicy(), rk[i : i+1], []any{opReset, ttl}
 	})
 	for i, c := range cmds {
 		if err := c.Err(); err != nil {

@@ -91,11 +91,13 @@ func fresh(args []any) []any {
 	return out
 }
 
-// runScript sends one script call: EVALSHA, then EVAL if Redis answers NOSCRIPT
-// (after a restart or SCRIPT FLUSH), with its resend ID unsent again.
-func runScript(ctx context.Context, c goredis.Scripter, s *goredis.Script, keys []string, args []any) *goredis.Cmd {
-	cmd := s.EvalSha(ctx, c, keys, args...)
-	if err := cmd.Err(); err != nil && isNoScript(err) {
+// runScript sends one script call: FCALL or EVALSHA (script.call), then
+// EVAL if the server lost the script or has no such function (after a
+// restart, SCRIPT FLUSH or FUNCTION FLUSH; script.again), with its resend
+// ID unsent again.
+func runScript(ctx context.Context, c goredis.UniversalClient, s *script, keys []string, args []any) *goredis.Cmd {
+	cmd := s.call(ctx, c, keys, args)
+	if s.again(ctx, c, cmd.Err()) {
 		return s.Eval(ctx, c, keys, fresh(args)...)
 	}
 	return cmd

@@ -40,7 +40,7 @@ func TestRealResendChargedOnce(t *testing.T) {
 		s.noResendIDs = !withIDs
 		p := ratelimit.MustParsePolicy("5/h", ratelimit.Named("resend"))
 		mustTake(t, s, p, 0, "user:r") // loads the script
-		before := commandStats(t, direct)["evalsha"]
+		before := scriptCalls(commandStats(t, direct))
 		proxy.SetLatency(300 * time.Millisecond)
 		go func() {
 			time.Sleep(450 * time.Millisecond) // Redis ran the call; its reply is still in the proxy
@@ -53,7 +53,7 @@ func TestRealResendChargedOnce(t *testing.T) {
 		if err != nil || !d.Allowed {
 			t.Fatalf("ids %v: Take across the dropped reply: %+v, %v", withIDs, d, err)
 		}
-		runs := commandStats(t, direct)["evalsha"] - before
+		runs := scriptCalls(commandStats(t, direct)) - before
 		if proxy.Dropped() == 0 || runs != 2 {
 			t.Fatalf("ids %v: %d connections dropped, the script ran %d times; want a drop and a resend (2 runs)", withIDs, proxy.Dropped(), runs)
 		}
@@ -103,9 +103,10 @@ func TestRealResendIDCost(t *testing.T) {
 			for n := 0; n < perRound; n++ {
 				mustTake(t, s, p, 1, "ip:203.0.113."+string(rune('0'+n%10)))
 			}
-			st := commandStatsFull(t, client)["evalsha"]
-			usec[i] += st.usec
-			calls[i] += st.calls
+			for _, st := range []cmdStat{commandStatsFull(t, client)["evalsha"], commandStatsFull(t, client)["fcall"]} {
+				usec[i] += st.usec
+				calls[i] += st.calls
+			}
 		}
 	}
 	perWith, perWithout := usec[0]/float64(calls[0]), usec[1]/float64(calls[1])

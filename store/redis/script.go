@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -24,9 +25,24 @@ const (
 	opSlots  = "c" // release or renew a charge's slots (slots.go)
 )
 
-// The script's source is the lua package's (the top-level lua/ folder),
-// after a prelude of names.
-var source = lua.Source
+// evalSource is the script as EVAL runs it: head (the prelude of names
+// and the policy, when baked), then the lua package's Head, where the lean
+// path is defined; it is tried at once, before Body makes its functions,
+// which costs more than the lean path itself; then main answers any other
+// call.
+func evalSource(head string) string {
+	return head + "local KEYS, ARGV = KEYS, ARGV\n" + lua.Head + leanFirst + lua.Body + "return main(true)\n"
+}
+
+// leanFirst runs the lean path in a script run by EVAL (evalSource).
+const leanFirst = `tonumber, floor, ceil, fmt, sub, find, byte, char = std()
+OP = ARGV[1]
+MULTI = OP == 'm'
+do
+  local r = lean()
+  if r ~= nil then return r end
+end
+`
 
 // prelude gives the script, by name, the numbers internal/layout names:
 // the kinds of counter, the positions of a limit's parameters, the hash
@@ -74,8 +90,13 @@ var prelude = func() string {
 	return b.String()
 }()
 
-// generic is the script for any policy: the call carries the policy.
-var generic = goredis.NewScript(prelude + "local BAKED, NAMES = nil, nil\n" + source)
+// genericHead is the head of the script for any policy: the call carries
+// the policy.
+var genericHead = prelude + "local BAKED, NAMES = nil, nil\n"
+
+// generic is the generic script as EVAL runs it (each store has its own
+// *script of it: scripts.generic).
+var generic = goredis.NewScript(evalSource(genericHead))
 
 // Positions of the policy's header among its numbers (Lua counts from 1),
 // named Q_* in the script's prelude: the TTL (ms), the number of limits,
@@ -114,17 +135,14 @@ func policyNumbers(lay *layout.Policy) []int64 {
 	return append(head, lay.Params()...)
 }
 
-// bakedScript returns the script with the policy's numbers given as data,
-// so that a call carries only its own arguments: Redis then parses and
-// converts a few numbers per call instead of a few dozen.
-func bakedScript(nums []int64) *goredis.Script { return goredis.NewScript(bakedSource(nums)) }
-
-// bakedSource is the text of bakedScript: the policy's numbers and the
-// names of its hash fields (see leanFields).
-func bakedSource(nums []int64) string {
+// bakedHead is the head of the script with the policy's numbers given as
+// data, so that a call carries only its own arguments: Redis then parses
+// and converts a few numbers per call instead of a few dozen. It holds the
+// policy's numbers and the names of its hash fields (see leanFields).
+func bakedHead(nums []int64) string {
 	last := leanFields(nums)
 	var b strings.Builder
-	b.Grow(len(prelude) + len(source) + 32 + 12*len(nums) + 6*int(last))
+	b.Grow(len(prelude) + 32 + 12*len(nums) + 6*int(last))
 	b.WriteString(prelude)
 	b.WriteString("local BAKED, NAMES = {")
 	for i, v := range nums {
@@ -141,7 +159,6 @@ func bakedSource(nums []int64) string {
 		b.WriteString(strconv.Quote(strconv.FormatInt(f, 10)))
 	}
 	b.WriteString("}\n")
-	b.WriteString(source)
 	return b.String()
 }
 
@@ -174,7 +191,7 @@ func leanFields(nums []int64) int64 {
 // arguments: the script and, unless it has the policy baked in, the
 // policy's numbers, boxed once so that a call does not box them again.
 type prepared struct {
-	script *goredis.Script
+	script *script
 	tail   []any
 }
 
@@ -187,10 +204,19 @@ const (
 
 // scripts keeps the prepared policies of one store.
 type scripts struct {
-	cache    sync.Map   // *ratelimit.Policy → *prepared
-	mu       sync.Mutex // held while preparing a policy not in cache
-	count    int        // policies in cache; guarded by mu
-	maxBaked int        // policies that get a baked script
+	cache    sync.Map     // *ratelimit.Policy → *prepared
+	mu       sync.Mutex   // held while preparing a policy not in cache
+	count    int          // policies in cache; guarded by mu
+	maxBaked int          // policies that get a baked script
+	fn       atomic.Int32 // what the server has: fnUnknown, fnOn, fnOff
+	once     sync.Once
+	any      *script // the generic script (anyPolicy)
+}
+
+// anyPolicy returns the store's generic script.
+func (s *scripts) anyPolicy() *script {
+	s.once.Do(func() { s.any = newScript(genericHead, &s.fn) })
+	return s.any
 }
 
 // prepare returns the policy's prepared calls, computing them once. The
@@ -211,10 +237,11 @@ func (s *scripts) prepare(pol *ratelimit.Policy, ttlExtraMS int64) *prepared {
 	nums := policyNumbers(lay)
 	nums[0] += ttlExtraMS
 	n := s.count + 1
-	p := &prepared{script: generic}
+	p := &prepared{}
 	if n <= s.maxBaked {
-		p.script = bakedScript(nums)
+		p.script = newScript(bakedHead(nums), &s.fn)
 	} else {
+		p.script = s.anyPolicy()
 		p.tail = make([]any, len(nums))
 		for i, v := range nums {
 			p.tail[i] = v

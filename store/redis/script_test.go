@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -135,7 +137,8 @@ func TestWrongTypeHeals(t *testing.T) {
 	}
 }
 
-// shaHook records the script hash of every EVALSHA.
+// shaHook records the script hash of every EVALSHA and EVAL (the hash of
+// its text), and the function of every FCALL.
 type shaHook struct {
 	mu   sync.Mutex
 	shas []string
@@ -145,9 +148,17 @@ func (h *shaHook) DialHook(next goredis.DialHook) goredis.DialHook { return next
 
 func (h *shaHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if cmd.Name() == "evalsha" {
+		var sha string
+		switch cmd.Name() {
+		case "evalsha", "fcall":
+			sha = fmt.Sprint(cmd.Args()[1])
+		case "eval":
+			sum := sha1.Sum([]byte(fmt.Sprint(cmd.Args()[1])))
+			sha = hex.EncodeToString(sum[:])
+		}
+		if sha != "" {
 			h.mu.Lock()
-			h.shas = append(h.shas, fmt.Sprint(cmd.Args()[1]))
+			h.shas = append(h.shas, sha)
 			h.mu.Unlock()
 		}
 		return next(ctx, cmd)
