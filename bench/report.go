@@ -252,7 +252,7 @@ func (r *report) markdown() string {
 			for _, c := range row.cmds {
 				parts = append(parts, fmt.Sprintf("%s %s (%.1f)", strings.ToUpper(c.name), perOpStr(row.perOp(float64(c.calls))), float64(c.usec)/float64(c.calls)))
 				allUS += c.usec
-				if c.name == "evalsha" || c.name == "eval" {
+				if c.name == "fcall" || c.name == "evalsha" || c.name == "eval" {
 					scriptUS += c.usec
 					hasEval = true
 				} else {

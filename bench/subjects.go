@@ -146,7 +146,7 @@ type subject struct {
 	name   string
 	family string // "ours", "peer" or "floor"
 	note   string
-	// scripted: every command but EVAL/EVALSHA runs inside the script,
+	// scripted: every command but FCALL/EVAL/EVALSHA runs inside the script,
 	// so the script's own time (Lua and call glue) can be told apart.
 	scripted bool
 	// ownClient: the peer builds its own go-redis client, so round trips
@@ -320,7 +320,7 @@ func subjects(sc *scenario, batches []int) []subject {
 					sub.base = plain
 				}
 				if api == "Take" {
-					sub.note = v.note("store.Redis.Take: one EVALSHA per request for all limits and keys")
+					sub.note = v.note("store.Redis.Take: one FCALL (EVALSHA where Redis has no functions) per request for all limits and keys")
 					sub.build = func(e *env) (*instance, error) { return buildOursTake(e, alg, v) }
 				} else {
 					sub.note = v.note("Limiter.Handler(next).ServeHTTP in process: identify, Take, headers")
