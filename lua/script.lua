@@ -46,6 +46,8 @@
 --       call), at, the key's refund count, then per limit: remaining,
 --       reset, retry, mark (a token bucket's TAT right after a charge,
 --       else 0), refill (how long it admits no more than remaining)}.
+--   'g' an 'f' call a batch's lean path declined ('m' answered 0): the
+--       same arguments, answered by the general path at once.
 --   'm' a batch of 'f' calls of one baked policy, run in order at one
 --       reading of TIME. ARGV: per call MARGS numbers: its number of keys,
 --       now, cost, resend ID. KEYS: the calls' keys, one call's after

@@ -420,6 +420,7 @@ end
 local function main(leantried)
   OP = ARGV[1]
   MULTI = OP == 'm'
+  if OP == 'g' then OP, leantried = 'f', true end -- declined by a batch's lean path
   if not leantried then
     local r = lean()
     if r ~= nil then return r end

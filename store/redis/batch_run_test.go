@@ -26,6 +26,9 @@ type roundHook struct {
 	mu     sync.Mutex
 	rounds [][]string
 	runs   int // runs of several calls ('m') sent
+	// leanAgain counts common calls sent again after the first round as
+	// opFast: a run declined them, so they go as opDeclined.
+	leanAgain int
 }
 
 func (h *roundHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -58,8 +61,13 @@ func (h *roundHook) record(cmds []goredis.Cmder) {
 			return // not a script call: a connection's setup or SCRIPT LOAD
 		}
 		nk, _ := a[2].(int)
-		if len(a) > 3+nk+3 && a[3+nk] == opFast {
+		if len(a) > 3+nk+3 && (a[3+nk] == opFast || a[3+nk] == opDeclined) {
 			ids = append(ids, fmt.Sprint(a[3+nk+3]))
+			h.mu.Lock()
+			if a[3+nk] == opFast && len(h.rounds) > 0 && c.Name() != "eval" { // (EVAL: the same command again, the script not found)
+				h.leanAgain++
+			}
+			h.mu.Unlock()
 		}
 		if len(a) > 3+nk && a[3+nk] == opMulti {
 			h.mu.Lock()
@@ -154,7 +162,7 @@ func TestBatchRunDecidesAsAlone(t *testing.T) {
 					close(bc.done)
 				})
 				h.mu.Lock()
-				h.rounds = nil
+				h.rounds, h.leanAgain = nil, 0
 				h.mu.Unlock()
 				a.batch.mu.Lock()
 				wires := merge(batch, maps.Clone(a.batch.skip), true) // as send will lay them out
@@ -189,6 +197,9 @@ func TestBatchRunDecidesAsAlone(t *testing.T) {
 							order = append(order, bc)
 						}
 					}
+				}
+				if h.leanAgain > 0 {
+					t.Fatalf("step %d: %d calls a run declined were sent again to its lean path", step, h.leanAgain)
 				}
 				if len(order) != len(calls) {
 					t.Fatalf("step %d: %d calls in the order found, want %d (rounds %v)", step, len(order), len(calls), h.rounds)

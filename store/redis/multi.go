@@ -154,17 +154,21 @@ func (w *wire) answer(cmd *goredis.Cmd) (again []*pending) {
 	return again
 }
 
-// alone sends again, one command each, the calls a run could not answer.
-// Nothing of them was written, so a call whose resend ID went out once is
-// a first run again (fresh); one whose ID went out more than once (the
-// pipeline was resent) may have been charged by the run that was lost,
-// and stays a resend, which the script looks up.
+// alone sends again, one command each, the calls a run could not answer,
+// as opDeclined: the lean path declined them, so they go by the general
+// path at once. Nothing of them was written, so a call whose resend ID
+// went out once is a first run again (fresh); one whose ID went out more
+// than once (the pipeline was resent) may have been charged by the run
+// that was lost, and stays a resend, which the script looks up.
 func alone(ctx context.Context, c goredis.UniversalClient, calls []*pending) {
 	args := make([][]any, len(calls))
 	for i, p := range calls {
-		args[i] = p.args
+		args[i] = append([]any(nil), p.args...)
 		if rid, ok := p.args[3].(*resendID); !ok || rid.sent.Load() <= 1 {
-			args[i] = fresh(p.args)
+			args[i] = fresh(args[i])
+		}
+		if args[i][0] == opFast {
+			args[i][0] = opDeclined
 		}
 	}
 	if len(calls) == 1 {

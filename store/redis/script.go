@@ -17,12 +17,13 @@ import (
 // The store's one script (script.lua): its operations are chosen by the
 // first argument.
 const (
-	opTake   = "t"
-	opFast   = "f" // a plain Take with no request ID
-	opMulti  = "m" // several opFast calls of one baked policy, in one run (batch.go)
-	opRefund = "r"
-	opReset  = "x"
-	opSlots  = "c" // release or renew a charge's slots (slots.go)
+	opTake     = "t"
+	opFast     = "f" // a plain Take with no request ID
+	opMulti    = "m" // several opFast calls of one baked policy, in one run (batch.go)
+	opDeclined = "g" // an opFast call a run declined: the general path at once (multi.go's alone)
+	opRefund   = "r"
+	opReset    = "x"
+	opSlots    = "c" // release or renew a charge's slots (slots.go)
 )
 
 // evalSource is the script as EVAL runs it: head (the prelude of names
