@@ -4,8 +4,9 @@
 // of every algorithm: the Redis store's script mirrors it, and the
 // conformance suite (store/storetest) holds every store to its decisions.
 //
-// Its files, by job: memory.go the store (shards, identities, request
-// IDs); refund.go Reset and Refund; engine.go one request over the states
+// Its files, by job: memory.go the store (shards, identities); call.go
+// one request's keys read, decided and written back (request IDs);
+// refund.go Reset and Refund; engine.go one request over the states
 // of its keys (all or nothing, penalties, places in line); algorithm.go
 // the steps every algorithm has, one limit at a time (evaluate, report,
 // refill, charge, refund), and one file per algorithm with those steps:

@@ -181,156 +181,17 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	lay := plan.Layout(req.Policy)
-	lim := lay.Limits
-	pid := req.Policy.ID()
-	ttl := lay.TTLMS * 1000
-
-	var shards, locked [ratelimit.MaxKeys]uint64
-	defer m.unlockShards(m.lockKeys(req.Keys, &shards, &locked))
-	now := m.now().UnixMicro()
-
-	var mks [ratelimit.MaxKeys]shardmap.Key
-	for ki, k := range req.Keys {
-		mks[ki] = shardmap.KeyOf(pid, k)
+	c := call{m: m, req: req, lay: plan.Layout(req.Policy)}
+	var locked [ratelimit.MaxKeys]uint64
+	defer m.unlockShards(m.lockKeys(req.Keys, &c.shards, &locked))
+	c.now = m.now().UnixMicro()
+	c.read()
+	c.relay()
+	out := outcome{allowed: true}
+	if c.nd > 0 {
+		out = run(req.Policy, c.lim, c.decided[:c.nd], c.now, o)
 	}
-	own := mks[:len(req.Keys)]
-	var idh string
-	// Under a policy with a Concurrent limit every run of a request holds
-	// a slot: a repeat of its ID is decided and charged anew, never
-	// answered from its record (it would run without a slot).
-	if req.ID != "" && !lay.Slots {
-		idh = layout.IDHash(req.ID)
-	}
-	// Keys whose ID record answers for them are not decided again.
-	var (
-		states  [ratelimit.MaxKeys]keyState
-		stats   [ratelimit.MaxKeys][ratelimit.MaxLimits]verdict.Status // states' stats and marks, here so that
-		tats    [ratelimit.MaxKeys][ratelimit.MaxLimits]int64          // run appends without allocating
-		ents    [ratelimit.MaxKeys]*memEntry
-		decided [ratelimit.MaxKeys]*keyState
-		records [ratelimit.MaxKeys]*idRecord
-		nd      int
-	)
-	for ki := range req.Keys {
-		sh := &m.shards[shards[ki]]
-		if idh != "" {
-			// A key under a running penalty is decided again, however
-			// its ID was answered before: a block holds against repeats.
-			if r := sh.ids[idKey{mks[ki], idh}]; r != nil && r.expires > now && r.repeats < ratelimit.MaxRepeats && !m.blocked(sh, mks[ki], now) {
-				r.repeats++
-				records[ki] = r
-				continue
-			}
-		}
-		e := m.entry(sh, mks[ki], now, lay, own)
-		ents[ki] = e
-		k := &states[ki]
-		k.pend, k.held = e.pend, 0
-		for _, r := range e.pend {
-			k.held += r.cost
-		}
-		k.stats, k.tats = stats[ki][:len(lim)], tats[ki][:len(lim)]
-		decided[nd] = k
-		nd++
-	}
-	// Counters a policy of the same ID with a larger rate wrote hold
-	// larger log rings: every key's are read in one layout (growing a
-	// ring forgets nothing). A key laid out anew keeps its new layout only
-	// if charged, as the Redis script writes a grown ring only with a
-	// charge: a log's units past the ring it was written in are then lost
-	// in both stores alike.
-	use := storedLayout(lay, ents[:len(req.Keys)])
-	lim = use.Limits
-	for ki, e := range ents[:len(req.Keys)] {
-		if e == nil {
-			continue
-		}
-		if e.lay != use && !sameRings(e.lay, use) {
-			states[ki].st = relayout(e.f, e.lay, use)
-			continue
-		}
-		e.lay = use
-		states[ki].st = e.f
-	}
-	var out outcome
-	if nd > 0 {
-		out = run(req.Policy, lim, decided[:nd], now, o)
-	} else {
-		out.allowed = true
-	}
-
-	d := ratelimit.Decision{Limits: make([]ratelimit.LimitStatus, len(lim)), Granted: out.granted}
-	if out.release > now {
-		d.Delay = time.Duration(out.release-now) * time.Microsecond
-	}
-	var marks []int64
-	var charged []string
-	repeated := nd == 0
-	for ki := range req.Keys {
-		if r := records[ki]; r != nil {
-			for i, s := range r.stats {
-				verdict.Fold(&d, i, ki, s, ki == 0)
-			}
-			if nd == 0 && ki == 0 { // every key repeats: the first key's answer
-				d.Granted = r.granted
-				if r.at > now {
-					d.Delay = time.Duration(r.at-now) * time.Microsecond
-				}
-			}
-			continue
-		}
-		k := &states[ki]
-		for i, s := range k.stats {
-			verdict.Fold(&d, i, ki, s, ki == 0)
-		}
-		e := ents[ki]
-		e.pend = k.pend
-		if e.lay != use {
-			if k.charged {
-				e.f, e.lay = k.st, use
-			} else if k.blocked {
-				e.f[layout.MemBlock], e.f[layout.MemBlockLimit] = k.st[layout.MemBlock], k.st[layout.MemBlockLimit]
-			}
-		}
-		if k.charged || k.blocked {
-			last := max(k.at, k.t0)
-			if n := len(k.pend); n > 0 {
-				last = max(last, k.pend[n-1].at)
-			}
-			e.expires = max(e.expires, last+ttl)
-			for i := range lim {
-				if lim[i].Kind == layout.Token {
-					// A TAT written in another interval, or places in line
-					// counted in one, may owe past the TTL: the entry
-					// outlives what it owes (store/redis's debt).
-					e.expires = max(e.expires, tokenTAT(&k.counters, &lim[i]))
-				}
-			}
-		}
-		if k.charged {
-			charged = append(charged, req.Keys[ki])
-			marks = append(marks, k.at, k.st[layout.MemGen])
-			for i := range lim {
-				marks = append(marks, k.tats[i])
-			}
-			if idh != "" {
-				sh := &m.shards[shards[ki]]
-				ik := idKey{mks[ki], idh}
-				if old := sh.ids[ik]; old == nil || old.expires <= now {
-					m.bound(sh, now)
-					sh.ids[ik] = &idRecord{expires: now + lay.IDTTL,
-						granted: out.granted, at: k.t, stats: slices.Clone(k.stats)}
-				}
-			}
-		}
-	}
-	verdict.Finish(&d, out.allowed, req.Policy)
-	d.Repeated = repeated
-	if len(charged) > 0 {
-		d.Receipt = ratelimit.Receipt{Policy: req.Policy, Keys: charged, Cost: out.granted, Marks: marks}
-	}
-	return d, nil
+	return c.answer(out), nil
 }
 
 // entry returns the live entry for k, creating or resetting it as needed,
