@@ -23,14 +23,13 @@ type script struct {
 	*goredis.Script               // the text EVAL runs (evalSource)
 	lib             string        // the library (libSource)
 	name            string        // the library's name, and its function's
-	fn              *atomic.Int32 // the store's fnUnknown, fnOn or fnOff
+	fn              *atomic.Int32 // the store's fnUnknown or fnOff; nil: EVALSHA only (see maxLibraries)
 	loading         atomic.Bool   // a FUNCTION LOAD of lib is under way
 }
 
 // What a store knows of its server's functions (scripts.fn).
 const (
-	fnUnknown = iota // no answer yet: calls try FCALL
-	fnOn             // FCALL answered
+	fnUnknown = iota // calls try FCALL
 	fnOff            // the server has no functions (or may not call them): EVALSHA
 )
 
@@ -86,8 +85,9 @@ func (s *script) again(ctx context.Context, c goredis.UniversalClient, err error
 	switch {
 	case isNoScript(err):
 		return true
+	case s.fn == nil: // never sent by FCALL
+		return false
 	case strings.HasPrefix(msg, "ERR Function not found"):
-		s.fn.CompareAndSwap(fnUnknown, fnOn)
 		s.load(c)
 		return true
 	case strings.Contains(low, "fcall") && (strings.Contains(low, "unknown command") || strings.HasPrefix(msg, "NOPERM")):

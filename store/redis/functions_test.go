@@ -71,7 +71,7 @@ func TestRealFunctionsLoadedOnce(t *testing.T) {
 	// What a denial costs Redis, by FCALL and by EVALSHA.
 	admin := srv.Client(t)
 	usec := map[string]float64{}
-	for _, mode := range []int32{fnOn, fnOff} {
+	for _, mode := range []int32{fnUnknown, fnOff} {
 		s.scripts.fn.Store(mode)
 		admin.ConfigResetStat(ctx)
 		for i := 0; i < 500; i++ {
@@ -107,5 +107,50 @@ func TestNoFunctionsKeepsToEvalsha(t *testing.T) {
 	defer hook.mu.Unlock()
 	if hook.names["fcall"] != 1 || hook.names["eval"] != 1 || hook.names["evalsha"] != 4 {
 		t.Fatalf("5 calls sent %v, want one refused FCALL, one EVAL, then EVALSHA", hook.names)
+	}
+}
+
+// TestRealLibrariesBounded: a library is kept with the data until
+// deleted, so a store loads at most maxLibraries of them (and the generic
+// script's): the policies after those go by EVALSHA.
+func TestRealLibrariesBounded(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	hook := &countHook{}
+	client.AddHook(hook)
+	s, err := New(client, WithBatching(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const policies = maxLibraries + 4
+	pols := make([]*ratelimit.Policy, policies)
+	for i := range pols {
+		pols[i] = ratelimit.MustParsePolicy(strconv.Itoa(10+i) + "/h")
+		mustTake(t, s, pols[i], 1, "ip:1")
+	}
+	_ = s.Reset(ctx, ratelimit.MustParsePolicy("10/h"), "ip:1") // the generic script
+	libs := func() int {
+		l, err := srv.Client(t).FunctionList(ctx, goredis.FunctionListQuery{}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l)
+	}
+	for i := 0; i < 200 && libs() < maxLibraries+1; i++ {
+		time.Sleep(10 * time.Millisecond) // the loads sent beside the first calls
+	}
+	if n := libs(); n != maxLibraries+1 {
+		t.Fatalf("%d policies and a reset loaded %d libraries, want %d", policies, n, maxLibraries+1)
+	}
+	hook.reset()
+	for _, p := range pols {
+		mustTake(t, s, p, 1, "ip:2")
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if hook.names["fcall"] != maxLibraries || hook.names["evalsha"] != policies-maxLibraries {
+		t.Fatalf("%d policies sent %v, want %d FCALL and %d EVALSHA", policies, hook.names, maxLibraries, policies-maxLibraries)
 	}
 }

@@ -201,6 +201,14 @@ type prepared struct {
 const (
 	maxPrepared = 1024
 	maxBaked    = 64
+	// maxLibraries bounds the baked policies whose script is also a
+	// library (FUNCTION LOAD): a library is kept, persisted and
+	// replicated with the data, about 165 KB each, until deleted, and
+	// every version of the script that a deploy brings adds its own. The
+	// first maxLibraries policies a store sees, and the generic script,
+	// go by FCALL; later ones by EVALSHA, as on a server without
+	// functions.
+	maxLibraries = 16
 )
 
 // scripts keeps the prepared policies of one store.
@@ -209,7 +217,7 @@ type scripts struct {
 	mu       sync.Mutex   // held while preparing a policy not in cache
 	count    int          // policies in cache; guarded by mu
 	maxBaked int          // policies that get a baked script
-	fn       atomic.Int32 // what the server has: fnUnknown, fnOn, fnOff
+	fn       atomic.Int32 // what the server has: fnUnknown (try FCALL) or fnOff
 	once     sync.Once
 	any      *script // the generic script (anyPolicy)
 }
@@ -240,7 +248,11 @@ func (s *scripts) prepare(pol *ratelimit.Policy, ttlExtraMS int64) *prepared {
 	n := s.count + 1
 	p := &prepared{}
 	if n <= s.maxBaked {
-		p.script = newScript(bakedHead(nums), &s.fn)
+		fn := &s.fn
+		if n > maxLibraries {
+			fn = nil // EVALSHA
+		}
+		p.script = newScript(bakedHead(nums), fn)
 	} else {
 		p.script = s.anyPolicy()
 		p.tail = make([]any, len(nums))
