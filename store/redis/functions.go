@@ -25,6 +25,7 @@ type script struct {
 	name            string        // the library's name, and its function's
 	fn              *atomic.Int32 // the store's fnUnknown or fnOff; nil: EVALSHA only (see maxLibraries)
 	loading         atomic.Bool   // a FUNCTION LOAD of lib is under way
+	failed          atomic.Int64  // when a load last failed (Unix ns): the next waits libRetry
 }
 
 // What a store knows of its server's functions (scripts.fn).
@@ -33,8 +34,13 @@ const (
 	fnOff            // the server has no functions (or may not call them): EVALSHA
 )
 
-// libLoadTimeout bounds a FUNCTION LOAD, sent beside the calls (load).
-const libLoadTimeout = 10 * time.Second
+// libLoadTimeout bounds a FUNCTION LOAD, sent beside the calls (load);
+// libRetry is how long after a failed load (a full Redis, a timeout) the
+// next may be sent: each costs the server a compilation of the library.
+const (
+	libLoadTimeout = 10 * time.Second
+	libRetry       = 5 * time.Second
+)
 
 // newScript returns the script whose prelude of names and policy is head.
 func newScript(head string, fn *atomic.Int32) *script {
@@ -99,10 +105,12 @@ func (s *script) again(ctx context.Context, c goredis.UniversalClient, err error
 }
 
 // load sends the library to the server c, or to every master or shard of
-// a Cluster or a Ring, unless a load is under way: the calls meanwhile go
-// by EVAL. A library that loads nowhere turns functions off for the store.
+// a Cluster or a Ring, unless a load is under way or one failed within
+// libRetry: the calls meanwhile go by EVAL. A server that refuses the
+// library (it does not compile there, or an ACL forbids FUNCTION LOAD)
+// turns functions off for the store.
 func (s *script) load(c goredis.UniversalClient) {
-	if c == nil || !s.loading.CompareAndSwap(false, true) {
+	if c == nil || time.Since(time.Unix(0, s.failed.Load())) < libRetry || !s.loading.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
@@ -127,8 +135,12 @@ func (s *script) load(c goredis.UniversalClient) {
 		default:
 			err = c.FunctionLoad(ctx, s.lib).Err()
 		}
-		if err != nil && strings.HasPrefix(err.Error(), "ERR Error registering functions") {
+		switch {
+		case err == nil:
+		case strings.HasPrefix(err.Error(), "ERR Error registering functions"), strings.HasPrefix(err.Error(), "NOPERM"):
 			s.fn.Store(fnOff) // the server refuses the library: keep to EVALSHA
+		default:
+			s.failed.Store(time.Now().UnixNano())
 		}
 	}()
 }

@@ -154,3 +154,39 @@ func TestRealLibrariesBounded(t *testing.T) {
 		t.Fatalf("%d policies sent %v, want %d FCALL and %d EVALSHA", policies, hook.names, maxLibraries, policies-maxLibraries)
 	}
 }
+
+// TestRealFunctionLoadRefused: an ACL that lets a user call FCALL but not
+// FUNCTION LOAD keeps the store to EVALSHA once its first load is refused;
+// every call is answered meanwhile (by EVAL).
+func TestRealFunctionLoadRefused(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	if err := srv.Client(t).Do(ctx, "ACL", "SETUSER", "lim", "on", ">pw", "~*", "+@all", "-function").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
+	t.Cleanup(func() { client.Close() })
+	hook := &countHook{}
+	client.AddHook(hook)
+	hook.reset()
+	s, err := New(client, WithBatching(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ratelimit.MustParsePolicy("100/h")
+	mustTake(t, s, p, 1, "ip:1")
+	for i := 0; i < 200 && s.scripts.fn.Load() != fnOff; i++ {
+		time.Sleep(10 * time.Millisecond) // the load sent beside the first call
+	}
+	if s.scripts.fn.Load() != fnOff {
+		t.Fatal("a refused FUNCTION LOAD left the store on FCALL")
+	}
+	for i := range 3 {
+		mustTake(t, s, p, 1, "ip:"+strconv.Itoa(i))
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if hook.names["fcall"] != 1 || hook.names["eval"] != 1 || hook.names["evalsha"] != 3 {
+		t.Fatalf("4 calls sent %v, want one FCALL (not found), one EVAL, then EVALSHA", hook.names)
+	}
+}
