@@ -20,15 +20,7 @@ import (
 // function of the script on each call.
 func TestRealFunctionsLoadedOnce(t *testing.T) {
 	srv := redistest.StartServer(t)
-	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { client.Close() })
-	hook := &countHook{}
-	client.AddHook(hook)
-	hook.reset()
-	s, err := New(client, WithBatching(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, hook := countedStore(t, &goredis.Options{Addr: srv.Addr})
 	ctx := context.Background()
 	p := ratelimit.MustParsePolicy("3/h", ratelimit.Named("fn"))
 	loaded := func() bool {
@@ -115,14 +107,7 @@ func TestNoFunctionsKeepsToEvalsha(t *testing.T) {
 // script's): the policies after those go by EVALSHA.
 func TestRealLibrariesBounded(t *testing.T) {
 	srv := redistest.StartServer(t)
-	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { client.Close() })
-	hook := &countHook{}
-	client.AddHook(hook)
-	s, err := New(client, WithBatching(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, hook := countedStore(t, &goredis.Options{Addr: srv.Addr})
 	ctx := context.Background()
 	const policies = maxLibraries + 4
 	pols := make([]*ratelimit.Policy, policies)
@@ -164,15 +149,7 @@ func TestRealFunctionLoadRefused(t *testing.T) {
 	if err := srv.Client(t).Do(ctx, "ACL", "SETUSER", "lim", "on", ">pw", "~*", "+@all", "-function").Err(); err != nil {
 		t.Fatal(err)
 	}
-	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
-	t.Cleanup(func() { client.Close() })
-	hook := &countHook{}
-	client.AddHook(hook)
-	hook.reset()
-	s, err := New(client, WithBatching(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, hook := countedStore(t, &goredis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
 	p := ratelimit.MustParsePolicy("100/h")
 	mustTake(t, s, p, 1, "ip:1")
 	for i := 0; i < 200 && s.scripts.fn.Load() != fnOff; i++ {
@@ -189,4 +166,20 @@ func TestRealFunctionLoadRefused(t *testing.T) {
 	if hook.names["fcall"] != 1 || hook.names["eval"] != 1 || hook.names["evalsha"] != 3 {
 		t.Fatalf("4 calls sent %v, want one FCALL (not found), one EVAL, then EVALSHA", hook.names)
 	}
+}
+
+// countedStore returns a store (batching off, each call its own command)
+// on a client to addr whose commands hook counts from now on.
+func countedStore(t *testing.T, opt *goredis.Options) (*Store, *countHook) {
+	t.Helper()
+	client := goredis.NewClient(opt)
+	t.Cleanup(func() { client.Close() })
+	hook := &countHook{}
+	client.AddHook(hook)
+	hook.reset()
+	s, err := New(client, WithBatching(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, hook
 }
