@@ -10,6 +10,9 @@
 #
 #     bash .ci/consumers.sh WORKDIR
 set -euo pipefail
+# The consumers build outside the repository's workspace (go.work): each
+# module as a project that requires it sees it.
+export GOWORK=off
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 work=${1:?usage: consumers.sh WORKDIR}
 mkdir -p "$work"
