@@ -8,7 +8,10 @@ import (
 
 // PK is the pk parameter value (an sf-binary, ":...:") the Limiter writes
 // for the identity key.
-func PK(key string) string { return ":" + base64.StdEncoding.EncodeToString(pkOf(key)) + ":" }
+func PK(key string) string {
+	var b [pkLen]byte
+	return ":" + base64.StdEncoding.EncodeToString(pkOf(&b, key)) + ":"
+}
 
 // SetLogClock replaces the clock of the log throttle of l and restarts the
 // throttle, so tests can step through it without sleeping.

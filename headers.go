@@ -4,9 +4,11 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"hash"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -141,12 +143,15 @@ func setStyleFields(h http.Header, style HeaderStyle, p *Policy, d Decision, key
 		nd     int
 	)
 	var policyValue string // RateLimit-Policy, built once per policy
+	var pkBuf [pkLen]byte
+	var pk0 []byte // the first identity's partition key, once made
 	if style&(HeadersIETF|HeadersDraft10) != 0 {
 		switch {
 		case len(limits) > 0 && len(keys) == 1:
 			// Every limit applies to the one identity: each item says whose.
 			start := len(b)
-			b = appendPolicyHeader(b, limits, tokenBucket, pkOf(keys[0]))
+			pk0 = pkOf(&pkBuf, keys[0])
+			b = appendPolicyHeader(b, limits, tokenBucket, pk0)
 			fields[nf] = field{hdrPolicy, start, len(b)}
 			nf++
 		case len(limits) > 0:
@@ -168,8 +173,10 @@ func setStyleFields(h http.Header, style HeaderStyle, p *Policy, d Decision, key
 					b = appendSFInt(b, ceilSeconds(d.ResetAfter))
 				}
 			}
-			if d.Key >= 0 && d.Key < len(keys) {
-				b = appendPK(b, pkOf(keys[d.Key]))
+			if d.Key == 0 && pk0 != nil {
+				b = appendPK(b, pk0)
+			} else if d.Key >= 0 && d.Key < len(keys) {
+				b = appendPK(b, pkOf(&pkBuf, keys[d.Key]))
 			}
 			fields[nf] = field{hdrRateLimit, start, len(b)}
 			nf++
@@ -326,12 +333,33 @@ const (
 
 // pkOf is the partition key of the identity key ("ip:203.0.113.7", "key:"
 // and the hash of an API key, "user:42"): never the key itself, the same
-// on every server.
-func pkOf(key string) []byte {
-	m := hmac.New(sha256.New, []byte(pkKey))
-	m.Write([]byte(key))
-	return m.Sum(nil)[:pkLen]
+// on every server. It is written into dst, which it returns as a slice.
+func pkOf(dst *[pkLen]byte, key string) []byte {
+	m := pkMACs.Get().(*pkMAC)
+	m.in = append(m.in[:0], key...)
+	m.mac.Reset()
+	m.mac.Write(m.in)
+	m.sum = m.mac.Sum(m.sum[:0])
+	copy(dst[:], m.sum)
+	if cap(m.in) <= maxPooledKey {
+		pkMACs.Put(m)
+	}
+	return dst[:]
 }
+
+// pkMAC is a keyed HMAC and its buffers, reused from pkMACs: a request's
+// fields then cost no hashing state of their own.
+type pkMAC struct {
+	mac     hash.Hash
+	in, sum []byte
+}
+
+// maxPooledKey bounds the identity keys whose buffer goes back to the pool.
+const maxPooledKey = 1024
+
+var pkMACs = sync.Pool{New: func() any {
+	return &pkMAC{mac: hmac.New(sha256.New, []byte(pkKey)), sum: make([]byte, 0, sha256.Size)}
+}}
 
 // appendPK appends the parameter pk, an RFC 9651 byte sequence, when pk
 // is not nil.
