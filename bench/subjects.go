@@ -19,6 +19,7 @@ import (
 	"github.com/throttled/throttled/v2"
 	goredisstore "github.com/throttled/throttled/v2/store/goredisstore.v9"
 	"github.com/ulule/limiter/v3"
+	"github.com/ulule/limiter/v3/drivers/middleware/stdlib"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -347,6 +348,9 @@ func subjects(sc *scenario, batches []int) []subject {
 		subject{name: batchedFloorName, family: "floor", note: "one EVALSHA of `return 1` per request through go-redis's AutoPipeliner: concurrent calls share pipelines", scripted: true,
 			build: func(e *env) (*instance, error) { return buildEvalFloor(e, true) }},
 	)
+	if !sc.twoIDs { // ulule's middleware keys by one identity
+		s = append(s, subject{name: ululeHTTPName, family: "peer", note: "ulule/limiter's net/http middleware (drivers/middleware/stdlib), one per limit, chained, called in process as ours Handler is", scripted: true, build: buildUluleHTTP})
+	}
 	if sc.id == "a" {
 		s = append(s, subject{name: stateFloorName, family: "floor", note: "one EVALSHA per request, through go-redis's AutoPipeliner, of a script that only calls `TIME`, `HMGET` of two fields of the identity's key and `HSET` of them: the least a limiter keeping its state in a hash on Redis's clock sends, with nothing computed", scripted: true,
 			build: buildStateFloor})
@@ -556,6 +560,31 @@ func buildUlule(e *env) (*instance, error) {
 		}),
 		close: func() { c.Close() },
 	}, nil
+}
+
+// ululeHTTPName is ulule/limiter through its own net/http middleware: the
+// peer of our Handler rows.
+const ululeHTTPName = "ulule/limiter v3, stdlib middleware"
+
+// buildUluleHTTP chains one ulule middleware per limit, as a user of
+// ulule/limiter limits a route by several rates: each keyed by the client
+// IP (ulule's default key getter) and its limit's number, so that the
+// limits count apart in one store.
+func buildUluleHTTP(e *env) (*instance, error) {
+	c := e.newClient()
+	st, err := ulredis.NewStoreWithOptions(c, limiter.StoreOptions{Prefix: e.prefix + "ulh"})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	var h http.Handler = noContent
+	for i := len(e.sc.limits) - 1; i >= 0; i-- {
+		l := e.sc.limits[i]
+		lim := limiter.New(st, limiter.Rate{Period: l.period, Limit: l.rate})
+		suffix := ":" + strconv.Itoa(i)
+		h = stdlib.NewMiddleware(lim, stdlib.WithKeyGetter(func(r *http.Request) string { return lim.GetIPKey(r) + suffix })).Handler(h)
+	}
+	return &instance{op: handlerOp(h, e.ids.reqs), close: func() { c.Close() }}, nil
 }
 
 func buildThrottled(e *env) (*instance, error) {

@@ -145,6 +145,7 @@ func (r *report) targets() []target {
 	}
 
 	ts = append(ts, r.defaultTargets()...)
+	ts = append(ts, r.pinnedTargets()...)
 
 	// 2. Deny cache, scenario d.
 	if t := r.table("d"); t != nil {
