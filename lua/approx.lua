@@ -47,6 +47,7 @@ end
 
 -- The approximation's steps (store/memory's approx.go).
 local APPROX = {}
+ALG[K_APPROX] = APPROX
 
 function APPROX.evaluate(s, key, j, t, c)
   local used, total = awin(s, j, t)
@@ -89,4 +90,35 @@ function APPROX.charge(s, key, j, t, used, total, c, out, o)
   out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
   out[o + 4], out[o + 5] = off + 2, total
   return o + 6
+end
+
+-- The lean path (lean.lua) of the approximation: the window's index, its
+-- cost and the previous window's.
+function APPROX.leanfields(f, m, j, now, cost)
+  local off = BAKED[j + P_HASH]
+  f[m + 1], f[m + 2], f[m + 3] = NAMES[off], NAMES[off + 1], NAMES[off + 2]
+  return m + 3
+end
+
+-- lean: as SLIDING.lean (sliding.lua), with the weighted product in the
+-- order aavail computes it.
+function APPROX.lean(v, f, x, j, now, cost, s1, key, wr, o)
+  local cap, w = BAKED[j + P_CAP], BAKED[j + P_WIDTH]
+  local k = (now - now % w) / w
+  local win, used, prev = (v[x] or 0) + 0, 0, 0
+  if win == k then
+    used, prev = (v[x + 1] or 0) + 0, (v[x + 2] or 0) + 0
+  elseif win == k - 1 then
+    prev = (v[x + 1] or 0) + 0
+  end
+  local avail = floor((cap - used) - prev * (w - (now - k * w)) / w)
+  if cost > avail then return nil end
+  local rem, refill = avail - cost, (k + 1) * w - now
+  if prev > 0 and cap - (used + cost) - (rem + 1) >= 0 then
+    local r = k * w + floor(w - (cap - (used + cost) - (rem + 1)) * w / prev) - now - 1
+    if r < 0 then r = 0 end
+    if r < refill then refill = r end
+  end
+  wr[o], wr[o + 1], wr[o + 2], wr[o + 3], wr[o + 4], wr[o + 5] = f[x], fmt('%d', k), f[x + 1], fmt('%d', used + cost), f[x + 2], fmt('%d', prev)
+  return x + 3, o + 6, rem, (k + 2) * w - now, 0, refill
 end

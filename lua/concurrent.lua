@@ -24,6 +24,7 @@ end
 -- takes one slot, whatever its cost; refill makes no claim (counters.lua
 -- answers it).
 local CONC = {}
+ALG[K_CONC] = CONC
 
 function CONC.evaluate(s, key, j, t, c)
   local cap, w, off = P[j + P_CAP], P[j + P_WIDTH], P[j + P_HASH]
@@ -56,3 +57,6 @@ function CONC.charge(s, key, j, t, used, total, c, out, o)
   out[o], out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = off, e, off + 1, c0 + 1, off + 2, p0
   return o + 6
 end
+
+-- A Concurrent limit has no lean path (lean.lua): its slots go by the
+-- general path.

@@ -165,10 +165,6 @@ local function place(s, t, c)
   return t
 end
 
--- The steps of every algorithm, by kind: each algorithm's file defines
--- its own (store/memory's algorithm.go says what each step does).
-local ALG = {[K_BUCKETS] = SLIDING, [K_LOG] = LOG, [K_FIXED] = FIXED, [K_TOKEN] = TOKEN, [K_APPROX] = APPROX, [K_CONC] = CONC}
-
 -- evaluate returns used, total, avail and retry of one limit at t for
 -- cost c.
 local function evaluate(s, key, j, t, c)

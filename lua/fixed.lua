@@ -3,6 +3,7 @@
 -- counters.lua calls these steps).
 
 local FIXED = {}
+ALG[K_FIXED] = FIXED
 
 function FIXED.evaluate(s, key, j, t, c)
   local cap, w, off = P[j + P_CAP], P[j + P_WIDTH], P[j + P_HASH]
@@ -34,4 +35,22 @@ function FIXED.charge(s, key, j, t, used, total, c, out, o)
   local w, off = P[j + P_WIDTH], P[j + P_HASH]
   out[o], out[o + 1], out[o + 2], out[o + 3] = off, fmt('%d', floor(t / w)), off + 1, used + c
   return o + 4
+end
+
+-- The lean path (lean.lua) of a fixed window: its index and cost.
+function FIXED.leanfields(f, m, j, now, cost)
+  local off = BAKED[j + P_HASH]
+  f[m + 1], f[m + 2] = NAMES[off], NAMES[off + 1]
+  return m + 2
+end
+
+-- lean: as SLIDING.lean (sliding.lua).
+function FIXED.lean(v, f, x, j, now, cost, s1, key, wr, o)
+  local cap, w = BAKED[j + P_CAP], BAKED[j + P_WIDTH]
+  local k, used = (now - now % w) / w, 0
+  if (v[x] or 0) + 0 == k then used = (v[x + 1] or 0) + 0 end
+  if cost > cap - used then return nil end
+  local reset = (k + 1) * w - now
+  wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x], fmt('%d', k), f[x + 1], fmt('%d', used + cost)
+  return x + 2, o + 4, cap - used - cost, reset, 0, reset
 end

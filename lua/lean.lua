@@ -1,7 +1,10 @@
 -- lean.lua: the lean path of the common call (see script.lua).
 
--- The lean path of the common call ('f', a baked policy): it answers a
--- call that every limit of every key admits, on keys with no running
+-- The lean path of the common call ('f', a baked policy): the frame that
+-- reads, decides and writes each key, each limit's own steps being its
+-- algorithm's (ALG[kind].leanfields names the fields it reads, .lean
+-- decides and charges, in sliding.lua, log.lua, token.lua, fixed.lua and
+-- approx.lua). It answers a call that every limit of every key admits, on keys with no running
 -- penalty, no place in line, no resend and a clock that did not step
 -- back, when each limit's state is at hand (a log charged one unit, its
 -- chunks read whole). It decides and writes as the general path does, in
@@ -20,10 +23,6 @@
 -- digits into numbers by arithmetic (half the cost of tonumber) and only
 -- when they are not '0', and sizes its tables up front.
 
--- BUCKET_READS: the fields read per sliding window limit: its sum, then
--- the current, the edge and the next sub-bucket's field (each a cost and
--- a latest admission, BSEP between them; '0' when cleared).
-local BUCKET_READS = 4
 -- A batch ('m', see script.lua) runs the path once per call, in order, at
 -- one reading of Redis's clock; a call it cannot answer gets 0 (nothing
 -- written) and goes again alone (store/redis/multi.go). kb and ab count the keys and
@@ -71,31 +70,11 @@ local function lean()
           end
           first = m + 1 -- the first limit's first field
           for j = QHEAD, QHEAD + STRIDE * (nl - 1), STRIDE do
-            local kind, off = BAKED[j + P_KIND], BAKED[j + P_HASH]
-            f[m + 1] = NAMES[off]
-            if kind == K_BUCKETS then
-              -- The current sub-bucket's field, the edge one's and the next one's
-              -- (a key that skipped sub-buckets needs theirs too: below). k is
-              -- floor(now / w), without a call.
-              local w, n1 = BAKED[j + P_WIDTH], BAKED[j + P_N] + 1
-              local k = (now - now % w) / w
-              f[m + 2], f[m + 3], f[m + 4], m = NAMES[off + 1 + k % n1], NAMES[off + 1 + (k + 1) % n1], NAMES[off + 1 + (k + 2) % n1], m + 4
-            elseif kind == K_LOG then
-              local chunks = ceil(BAKED[j + P_CAP] / BAKED[j + P_CHUNK])
-              if cost ~= 1 or chunks > 8 then
-                ok = false
-                break
-              end
-              for c = 1, chunks do f[m + 1 + c] = NAMES[off + c] end
-              m = m + 1 + chunks
-            elseif kind == K_TOKEN then
-              f[m + 2], m = NAMES[off + 1], m + 2 -- the TAT, and the interval it was written in
-            elseif kind == K_CONC then
-              ok = false -- slots go by the general path
+            local names = ALG[BAKED[j + P_KIND]].leanfields
+            if names then m = names(f, m, j, now, cost) end
+            if not names or not m then
+              ok = false -- a Concurrent limit's slots, or a log's call it does not take
               break
-            else
-              f[m + 2], m = NAMES[off + 1], m + 2
-              if kind == K_APPROX then f[m + 1], m = NAMES[off + 2], m + 1 end
             end
           end
           if not ok then break end
@@ -135,176 +114,11 @@ local function lean()
           end
           for i = 0, nl - 1 do
             local j = QHEAD + STRIDE * i
-            local kind, cap, w, per = BAKED[j + P_KIND], BAKED[j + P_CAP], BAKED[j + P_WIDTH], BAKED[j + P_PERIOD]
-            local k, rem, reset, mark = (now - now % w) / w, 0, per, 0
-            local refill = (k + 1) * w - now -- until more of the quota is back (counters.lua's refill)
-            if kind == K_BUCKETS then
-              -- The ring's sum less the sub-buckets that left it (h+1..k hold
-              -- older ones' costs), which are cleared as the general path clears
-              -- them; all of them when the whole window lapsed. tot is then what
-              -- sub-buckets k-n..h hold, the edge one's included.
-              local n, off = BAKED[j + P_N], BAKED[j + P_HASH]
-              local n1, h, tot, cur, used, past = n + 1, (s1 - s1 % w) / w, 0, 0, 0, false
-              local cs = v[x + 1]
-              if cs and cs ~= '0' then cur = sub(cs, 1, find(cs, BSEP, 1, true) - 1) + 0 end
-              if s1 ~= 0 and k - h <= 1 then
-                tot = (v[x] or 0) + 0
-                if k > h then tot, cur = tot - cur, 0 end
-              elseif s1 ~= 0 and k - h < n1 then
-                tot, cur = (v[x] or 0) - cur, 0
-                local gn = {}
-                for q = h + 1, k - 1 do gn[q - h] = NAMES[off + 1 + q % n1] end
-                local gv = redis.call('HMGET', key, unpack(gn))
-                for q = h + 1, k - 1 do
-                  local c = gv[q - h]
-                  if c and c ~= '0' then
-                    tot = tot - sub(c, 1, find(c, BSEP, 1, true) - 1)
-                    wr[o], wr[o + 1], o = gn[q - h], '0', o + 2
-                  end
-                end
-              elseif s1 ~= 0 then
-                local e = v[x + 2]
-                for q = k - n, k - 1 do
-                  if q > k - n or e and e ~= '0' then wr[o], wr[o + 1], o = NAMES[off + 1 + q % n1], '0', o + 2 end
-                end
-                cur = 0
-              else
-                cur = 0
-              end
-              refill = per
-              if s1 == 0 or k - h < n1 then
-                used = tot
-                local edge, counts = v[x + 2], false
-                if edge and edge ~= '0' then
-                  local p = find(edge, BSEP, 1, true)
-                  local elat = sub(edge, p + 1) + 0
-                  edge = sub(edge, 1, p - 1) + 0
-                  if elat <= now - k * w then
-                    used = used - edge
-                  elseif s1 ~= 0 then
-                    -- The edge sub-bucket still counts, and leaves first.
-                    refill, counts = k * w + elat - now, true
-                  end
-                end
-                -- Else the oldest sub-bucket still counting is the first after the
-                -- edge one, up to the last charge's, that holds cost: the next one,
-                -- read with the edge one, when it holds cost (and was charged in
-                -- this round of the ring); the current one when it holds all that
-                -- counts (a young key), its latest admission being the last
-                -- charge's. Past those, with quota left, the claim stops where the
-                -- one after the edge and the next could leave at the earliest; with
-                -- none left it is exact, which the general path finds (counters.lua's
-                -- refill).
-                local nc = v[x + 3]
-                if s1 ~= 0 and not counts and used > 0 and h >= k - n + 1 and nc and nc ~= '0' then
-                  -- The one after the edge holds cost (a busy key): it leaves first.
-                  refill = (k + 1) * w + sub(nc, find(nc, BSEP, 1, true) + 1) - now
-                elseif s1 ~= 0 and not counts and used > 0 and h == k and used == cur then
-                  refill = s1 + per - now
-                elseif s1 ~= 0 and not counts and used > 0 then
-                  refill = (k + 2) * w - now
-                  if refill > per then refill = per end
-                  past = true
-                end
-              end
-              if used + cost > cap or past and used + cost == cap then
-                ok = false
-                break
-              end
-              rem = cap - used - cost
-              wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x], fmt('%d', tot + cost), f[x + 1], fmt(BFMT, cur + cost, now - k * w), o + 4
-              x = x + BUCKET_READS
-            elseif kind == K_LOG then
-              -- The units that stopped counting by now are the oldest: a search
-              -- for how many; none, and a unit does not fit.
-              -- The pointer field: the oldest slot, and the ring's size times
-              -- LOGBASE; a ring of another size than the capacity (a policy of
-              -- the same ID with another rate wrote it) goes to the general
-              -- path (log.lua's lrelay).
-              local cs, ptr = BAKED[j + P_CHUNK], (v[x] or 0) + 0
-              if ptr ~= 0 and ptr - ptr % LOGBASE ~= cap * LOGBASE then
-                ok = false
-                break
-              end
-              ptr = ptr % LOGBASE
-              local lo, hi = 0, cap
-              while lo < hi do
-                local mid = floor((lo + hi) / 2)
-                local pos = (ptr + mid) % cap
-                local c, at = v[x + 1 + floor(pos / cs)], pos % cs * TW
-                local slot = 0
-                if c and #c >= at + TW then slot = tonumber(sub(c, at + 1, at + TW)) end
-                if slot + per <= now then lo = mid + 1 else hi = mid end
-              end
-              local ci = floor(ptr / cs)
-              local str, nsl = v[x + 1 + ci] or '', cs
-              if (ci + 1) * cs > cap then nsl = cap - ci * cs end
-              if lo == 0 or #str % TW ~= 0 or #str > nsl * TW then
-                ok = false
-                break
-              end
-              rem, refill = lo - 1, per
-              if lo < cap then
-                -- The oldest unit still counting leaves first.
-                local pos = (ptr + lo) % cap
-                local c, at = v[x + 1 + floor(pos / cs)], pos % cs * TW
-                local slot = 0
-                if c and #c >= at + TW then slot = tonumber(sub(c, at + 1, at + TW)) end
-                refill = slot + per - now
-              end
-              str = str .. string.rep('0', nsl * TW - #str)
-              local at = ptr % cs * TW
-              wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x + 1 + ci], sub(str, 1, at) .. fmt(TFMT, now) .. sub(str, at + TW + 1), f[x], fmt('%d', (ptr + 1) % cap + cap * LOGBASE), o + 4
-              x = x + 1 + ceil(cap / cs)
-            elseif kind == K_TOKEN then
-              -- A TAT written in another interval (by a policy of the same
-              -- ID with another rate) goes to the general path (retime).
-              local iv = v[x + 1]
-              if iv and iv + 0 ~= w then
-                ok = false
-                break
-              end
-              local tat = (v[x] or 0) + 0
-              if tat < now then tat = now end
-              if (tat - now) + cost * w > cap * w then
-                ok = false
-                break
-              end
-              tat = tat + cost * w
-              local left = cap * w - (tat - now)
-              if left > 0 then rem = floor(left / w) end
-              reset, mark, refill = tat - now, tat, (rem + 1) * w - left
-              wr[o], wr[o + 1], o = f[x], fmt('%d', tat), o + 2
-              if not iv then wr[o], wr[o + 1], o = f[x + 1], fmt('%d', w), o + 2 end
-              x = x + 2
-            else
-              local win, used, prev = (v[x] or 0) + 0, 0, 0
-              if win == k then
-                used = (v[x + 1] or 0) + 0
-                if kind == K_APPROX then prev = (v[x + 2] or 0) + 0 end
-              elseif win == k - 1 and kind == K_APPROX then
-                prev = (v[x + 1] or 0) + 0
-              end
-              local avail = cap - used
-              if kind == K_APPROX then
-                avail = floor((cap - used) - prev * (w - (now - k * w)) / w)
-                reset = (k + 2) * w - now
-              else
-                reset = (k + 1) * w - now
-              end
-              if cost > avail then
-                ok = false
-                break
-              end
-              rem = avail - cost
-              if kind == K_APPROX and prev > 0 and cap - (used + cost) - (rem + 1) >= 0 then
-                local r = k * w + floor(w - (cap - (used + cost) - (rem + 1)) * w / prev) - now - 1
-                if r < 0 then r = 0 end
-                if r < refill then refill = r end
-              end
-              wr[o], wr[o + 1], wr[o + 2], wr[o + 3], o = f[x], fmt('%d', k), f[x + 1], fmt('%d', used + cost), o + 4
-              if kind == K_APPROX then wr[o], wr[o + 1], o, x = f[x + 2], fmt('%d', prev), o + 2, x + 1 end
-              x = x + 2
+            local rem, reset, mark, refill
+            x, o, rem, reset, mark, refill = ALG[BAKED[j + P_KIND]].lean(v, f, x, j, now, cost, s1, key, wr, o)
+            if not x then
+              ok = false
+              break
             end
             local p = at + KHEAD + 1 + RLIM * i
             out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = rem, reset, 0, mark, refill

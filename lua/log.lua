@@ -161,6 +161,7 @@ end
 
 -- The exact log's steps (store/memory's log.go).
 local LOG = {}
+ALG[K_LOG] = LOG
 
 -- evaluate: cost c fits at t when the c-th oldest of the last capacity
 -- units is older than t - Period.
@@ -196,4 +197,53 @@ end
 
 function LOG.charge(s, key, j, t, used, total, c, out, o)
   return lunits(s, key, j, t, c, out, o)
+end
+
+-- The lean path (lean.lua) of a log: a call of one unit, on a ring of at
+-- most LEANCHUNKS chunks, read whole with its pointer field (the oldest
+-- slot, and the ring's size times LOGBASE).
+local LEANCHUNKS = 8
+
+function LOG.leanfields(f, m, j, now, cost)
+  local off = BAKED[j + P_HASH]
+  local chunks = ceil(BAKED[j + P_CAP] / BAKED[j + P_CHUNK])
+  if cost ~= 1 or chunks > LEANCHUNKS then return nil end
+  f[m + 1] = NAMES[off]
+  for c = 1, chunks do f[m + 1 + c] = NAMES[off + c] end
+  return m + 1 + chunks
+end
+
+-- lleanslot is the time in slot pos of a ring whose chunks of cs slots v holds
+-- from x (0: empty).
+local function lleanslot(v, x, cs, pos)
+  local c, at = v[x + floor(pos / cs)], pos % cs * TW
+  if c and #c >= at + TW then return tonumber(sub(c, at + 1, at + TW)) end
+  return 0
+end
+
+-- lean: as SLIDING.lean (sliding.lua). The units that stopped counting
+-- by now are the oldest: a search for how many; none, and a unit does not
+-- fit. A ring of another size than the capacity (a policy of the same ID
+-- with another rate wrote it) goes to the general path (lrelay).
+function LOG.lean(v, f, x, j, now, cost, s1, key, wr, o)
+  local cap, per, cs = BAKED[j + P_CAP], BAKED[j + P_PERIOD], BAKED[j + P_CHUNK]
+  local ptr = (v[x] or 0) + 0
+  if ptr ~= 0 and ptr - ptr % LOGBASE ~= cap * LOGBASE then return nil end
+  ptr = ptr % LOGBASE
+  local lo, hi = 0, cap
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if lleanslot(v, x + 1, cs, (ptr + mid) % cap) + per <= now then lo = mid + 1 else hi = mid end
+  end
+  local ci = floor(ptr / cs)
+  local str, nsl = v[x + 1 + ci] or '', cs
+  if (ci + 1) * cs > cap then nsl = cap - ci * cs end
+  if lo == 0 or #str % TW ~= 0 or #str > nsl * TW then return nil end
+  local refill = per
+  -- The oldest unit still counting leaves first.
+  if lo < cap then refill = lleanslot(v, x + 1, cs, (ptr + lo) % cap) + per - now end
+  str = str .. string.rep('0', nsl * TW - #str)
+  local at = ptr % cs * TW
+  wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x + 1 + ci], sub(str, 1, at) .. fmt(TFMT, now) .. sub(str, at + TW + 1), f[x], fmt('%d', (ptr + 1) % cap + cap * LOGBASE)
+  return x + 1 + ceil(cap / cs), o + 4, lo - 1, per, 0, refill
 end

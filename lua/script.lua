@@ -1,7 +1,8 @@
 -- The Redis store's one script: take (decide and charge a request for every
 -- key, all or nothing), refund (undo one charge) and reset (forget an
 -- identity). Its source is this opening and, after it, lean.lua (the lean
--- path of the common call), reset.lua, resend.lua, policy.lua, log.lua,
+-- path of the common call: its frame, each algorithm's steps being in its
+-- own file), reset.lua, resend.lua, policy.lua, log.lua,
 -- token.lua, approx.lua, concurrent.lua, sliding.lua, fixed.lua, counters.lua,
 -- refund.lua, slots.lua, frame.lua and take.lua, joined by
 -- source.go. It mirrors the memory store (store/memory), the reference:
@@ -75,3 +76,9 @@ local function std()
 end
 local tonumber, floor, ceil, fmt, sub, find, byte, char
 local OP -- the call's operation, ARGV[1] (main sets it)
+-- ALG holds the steps of every algorithm, by kind: each algorithm's file
+-- (sliding.lua, log.lua, fixed.lua, token.lua, approx.lua, concurrent.lua)
+-- adds its own, those of the general path (store/memory's algorithm.go
+-- says what each does) and, but for a Concurrent limit, those of the lean
+-- path (leanfields and lean; see lean.lua).
+local ALG = {}

@@ -416,10 +416,11 @@ local function optake(KEYS, ARGV, OP, now)
 end
 
 -- main answers one call (script.lua says what each operation takes and
--- replies). leantried: the lean path already declined this call.
-local function main(leantried)
+-- replies): by the lean path where it can, else by the general one.
+local function main()
   OP = ARGV[1]
   MULTI = OP == 'm'
+  local leantried = false
   if OP == 'g' then OP, leantried = 'f', true end -- declined by a batch's lean path
   if not leantried then
     local r = lean()

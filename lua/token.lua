@@ -83,6 +83,7 @@ end
 
 -- The token bucket's steps (store/memory's token.go).
 local TOKEN = {}
+ALG[K_TOKEN] = TOKEN
 
 -- evaluate: in the interval the TAT was written in, against this burst.
 -- A lease is charged at its stamp: the TAT it starts from is no earlier.
@@ -124,4 +125,30 @@ end
 
 function TOKEN.charge(s, key, j, t, used, total, c, out, o)
   return tunits(s, j, t, c, out, o)
+end
+
+-- The lean path (lean.lua) of a token bucket: its TAT, and the interval
+-- it was written in.
+function TOKEN.leanfields(f, m, j, now, cost)
+  local off = BAKED[j + P_HASH]
+  f[m + 1], f[m + 2] = NAMES[off], NAMES[off + 1]
+  return m + 2
+end
+
+-- lean: as SLIDING.lean (sliding.lua). A TAT written in another interval
+-- (by a policy of the same ID with another rate) goes to the general path
+-- (retime).
+function TOKEN.lean(v, f, x, j, now, cost, s1, key, wr, o)
+  local cap, w = BAKED[j + P_CAP], BAKED[j + P_WIDTH]
+  local iv = v[x + 1]
+  if iv and iv + 0 ~= w then return nil end
+  local tat = (v[x] or 0) + 0
+  if tat < now then tat = now end
+  if (tat - now) + cost * w > cap * w then return nil end
+  tat = tat + cost * w
+  local left, rem = cap * w - (tat - now), 0
+  if left > 0 then rem = floor(left / w) end
+  wr[o], wr[o + 1], o = f[x], fmt('%d', tat), o + 2
+  if not iv then wr[o], wr[o + 1], o = f[x + 1], fmt('%d', w), o + 2 end
+  return x + 2, o, rem, tat - now, tat, (rem + 1) * w - left
 end

@@ -58,7 +58,7 @@ func libSource(name, head string) string {
 		"redis.register_function('" + name + "', function(keys, argv)\n" +
 		"  KEYS, ARGV = keys, argv\n" +
 		"  if not floor then tonumber, floor, ceil, fmt, sub, find, byte, char = std() end\n" +
-		"  return main(false)\n" +
+		"  return main()\n" +
 		"end)\n"
 }
 

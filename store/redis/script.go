@@ -27,23 +27,14 @@ const (
 )
 
 // evalSource is the script as EVAL runs it: head (the prelude of names
-// and the policy, when baked), then the lua package's Head, where the lean
-// path is defined; it is tried at once, before Body makes its functions,
-// which costs more than the lean path itself; then main answers any other
-// call.
+// and the policy, when baked), then the lua package's Head and Body, which
+// make every function of the script on each run (a library, loaded once,
+// makes them once: functions.go), then main, which answers the call.
 func evalSource(head string) string {
-	return head + "local KEYS, ARGV = KEYS, ARGV\n" + lua.Head + leanFirst + lua.Body + "return main(true)\n"
+	return head + "local KEYS, ARGV = KEYS, ARGV\n" + lua.Head + lua.Body +
+		"tonumber, floor, ceil, fmt, sub, find, byte, char = std()\n" +
+		"return main()\n"
 }
-
-// leanFirst runs the lean path in a script run by EVAL (evalSource).
-const leanFirst = `tonumber, floor, ceil, fmt, sub, find, byte, char = std()
-OP = ARGV[1]
-MULTI = OP == 'm'
-do
-  local r = lean()
-  if r ~= nil then return r end
-end
-`
 
 // prelude gives the script, by name, the numbers internal/layout names:
 // the kinds of counter, the positions of a limit's parameters, the hash
