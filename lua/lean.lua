@@ -33,9 +33,10 @@ local MULTI -- a batch ('m'; main sets it)
 -- written) for the general path to answer it.
 local function lean()
   if (OP == 'f' or MULTI) and BAKED then
-    local calls, R, kb, ab, clock, F = 1, nil, 0, 1, 0, nil
+    local calls, R, rn, kb, ab, clock, F, scratch = 1, nil, 0, 0, 1, 0, nil, nil
     if MULTI then calls, R = (#ARGV - 1) / MARGS, {} end
     for call = 1, calls do
+      local answered = false
       local nk, nowarg, cost, rid = #KEYS, ARGV[2], ARGV[3] + 0, ARGV[4]
       if MULTI then nk, nowarg, cost, rid = ARGV[ab + 1] + 0, ARGV[ab + 2], ARGV[ab + 3] + 0, ARGV[ab + 4] end
       repeat -- a break falls through to the general path (or, in a batch, answers 0)
@@ -86,7 +87,12 @@ local function lean()
         -- its fields and values, how many, and its new expiry in ms or false)
         -- until every key has admitted the call; the last key's in wr, o - 1
         -- and px.
-        local out = {1, now, cost, 0, 0, 1, now, 0, 0, 0, 0, 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+        -- A batch's calls share one (their answers go into R, below).
+        local out = scratch
+        if not out then
+          out = {1, now, cost, 0, 0, 1, now, 0, 0, 0, 0, 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+          if MULTI then scratch = out end
+        end
         local W, wr, o, px = nil, nil, 1, false
         local ts, need = F and F.now == now and F.ts or fmt('%d', now), now + ttl * 1000
         for ki = 1, nk do
@@ -163,9 +169,22 @@ local function lean()
         redis.call('HSET', KEYS[kb + nk], unpack(wr, 1, o - 1))
         if px then redis.call('PEXPIRE', KEYS[kb + nk], px) end
         if not MULTI then return out end
-        R[call] = out
+        -- In a batch, the call's answer without what every admission by this
+        -- path says alike (admitted, granted its cost, nothing to wait for,
+        -- each key charged at now, no retry): its length, now, then per key
+        -- its refund count and per limit its remaining, reset, mark and
+        -- refill (store/redis/multi.go's answer puts the rest back).
+        R[rn + 1], R[rn + 2], rn = 1 + nk * (1 + 4 * nl), now, rn + 2
+        for ki = 1, nk do
+          local at = RHEAD + (ki - 1) * (KHEAD + RLIM * nl)
+          R[rn + 1], rn = out[at + 3], rn + 1
+          for p = at + KHEAD + 1, at + KHEAD + RLIM * nl, RLIM do
+            R[rn + 1], R[rn + 2], R[rn + 3], R[rn + 4], rn = out[p], out[p + 1], out[p + 3], out[p + 4], rn + 4
+          end
+        end
+        answered = true
       until true
-      if MULTI and not R[call] then R[call] = 0 end
+      if MULTI and not answered then R[rn + 1], rn = 0, rn + 1 end
       kb, ab = kb + nk, ab + MARGS
     end
     if MULTI then return R end

@@ -52,9 +52,11 @@
 --   'm' a batch of 'f' calls of one baked policy, run in order at one
 --       reading of TIME. ARGV: per call MARGS numbers: its number of keys,
 --       now, cost, resend ID. KEYS: the calls' keys, one call's after
---       another's. Reply: per call, what 'f' replies, or 0 when the lean
---       path could not answer it (nothing written: the caller sends it
---       again alone).
+--       another's. Reply: one list, per call 0 when the lean path could
+--       not answer it (nothing written: the caller sends it again alone),
+--       else what 'f' replies less what every lean admission says alike:
+--       its length (1 + keys * (1 + 4 * limits)), now, then per key its
+--       refund count and per limit its remaining, reset, mark and refill.
 --   'r' refund. ARGV: now, cost, the policy unless baked, then per key the
 --       time of the charge, the key's refund count then, and one mark per
 --       limit. KEYS: the identities charged. Reply: how many gave back.

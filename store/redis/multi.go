@@ -121,38 +121,72 @@ func (w *wire) answer(cmd *goredis.Cmd) (again []*pending) {
 		p.reply, p.err = cmd.Int64Slice()
 		return nil
 	}
-	parts, err := cmd.Slice()
-	if err == nil && len(parts) != len(w.calls) {
-		err = fmt.Errorf("a batch of %d calls got %d answers", len(w.calls), len(parts))
-	}
-	for i, p := range w.calls {
+	rep, err := cmd.Int64Slice()
+	for _, p := range w.calls {
 		if err != nil {
 			p.err = err
 			continue
 		}
-		switch part := parts[i].(type) {
-		case int64:
-			if part != 0 {
-				p.err = fmt.Errorf("unexpected answer %d in a batch", part)
-				continue
-			}
-			again = append(again, p)
-		case []any:
-			p.reply = make([]int64, len(part))
-			for j, v := range part {
-				n, ok := v.(int64)
-				if !ok {
-					p.reply, p.err = nil, fmt.Errorf("unexpected value %v in a batch's answer", v)
-					break
-				}
-				p.reply[j] = n
-			}
-		default:
-			p.err = fmt.Errorf("unexpected answer %T in a batch", part)
+		if len(rep) == 0 {
+			err = fmt.Errorf("a batch of %d calls ended early", len(w.calls))
+			p.err = err
+			continue
 		}
+		n := rep[0]
+		if n == 0 {
+			again = append(again, p)
+			rep = rep[1:]
+			continue
+		}
+		if n < 0 || n > int64(len(rep)-1) {
+			err = fmt.Errorf("an answer of %d numbers in a batch of %d", n, len(rep)-1)
+			p.err = err
+			continue
+		}
+		p.reply, p.err = admitted(rep[1:1+n], len(p.keys), p.args[2])
+		rep = rep[1+n:]
+	}
+	if err == nil && len(rep) != 0 {
+		for _, p := range w.calls {
+			p.reply, p.err = nil, fmt.Errorf("a batch of %d calls got %d numbers too many", len(w.calls), len(rep))
+		}
+		return nil
 	}
 	return again
 }
+
+// admitted is the whole reply (take.go's layout) of a call of nk keys and
+// cost that a run's lean path admitted, from the run's answer for it
+// (script.lua, 'm'): now, then per key its refund count and per limit its
+// remaining, reset, mark and refill. What it leaves out every such
+// admission says alike: admitted, granted its cost, no release or flags,
+// each key charged at now, no retry.
+func admitted(part []int64, nk int, cost any) ([]int64, error) {
+	c, ok := cost.(int64)
+	per := 0
+	if nk > 0 {
+		per = (len(part) - 1) / nk // 1 + 4 per limit
+	}
+	if !ok || nk == 0 || per < 1 || (per-1)%leanPerLimit != 0 || 1+nk*per != len(part) {
+		return nil, fmt.Errorf("unexpected answer of %d numbers for %d keys in a batch", len(part), nk)
+	}
+	nl, now := (per-1)/leanPerLimit, part[0]
+	reply := make([]int64, rHeader+nk*keySize(nl))
+	reply[rAllowed], reply[rNow], reply[rGranted] = 1, now, c
+	for k := range nk {
+		src, dst := part[1+k*per:], reply[rHeader+k*keySize(nl):]
+		dst[0], dst[1], dst[2] = kindCharged, now, src[0]
+		for i := range nl {
+			l, v := limitAt(dst, i), src[1+leanPerLimit*i:]
+			l[lRemaining], l[lReset], l[lMark], l[lRefill] = v[0], v[1], v[2], v[3]
+		}
+	}
+	return reply, nil
+}
+
+// leanPerLimit is how many numbers a run's answer holds per limit of a key
+// (remaining, reset, mark, refill).
+const leanPerLimit = 4
 
 // alone sends again, one command each, the calls a run could not answer,
 // as opDeclined: the lean path declined them, so they go by the general
