@@ -60,8 +60,9 @@ func (h pipeCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 // 3-master Cluster batching per master (the default) with one sending each
 // call alone (WithBatching(0)): 64 callers, the policy "10/s, 120/m,
 // 240/h", over 1,000 identities (most calls denied: 60 a identity) and over
-// 100,000 (every call admitted). It reports decisions a second and the
-// masters' CPU per decision for each, and, with -v, the ratios.
+// 100,000 (every call admitted). It reports decisions a second, the
+// masters' CPU and this process's per decision for each, and, with -v, the
+// ratios.
 //
 //	go test -run '^$' -bench ClusterBatching -benchtime 60000x -v ./store/redis
 func BenchmarkClusterBatching(b *testing.B) {
@@ -80,7 +81,7 @@ func BenchmarkClusterBatching(b *testing.B) {
 					b.Fatal(err)
 				}
 				var next atomic.Int64
-				cpu := mastersCPU(b, client)
+				cpu, own := mastersCPU(b, client), processCPU()
 				b.ResetTimer()
 				var wg sync.WaitGroup
 				for range 64 {
@@ -107,6 +108,12 @@ func BenchmarkClusterBatching(b *testing.B) {
 				// The masters' own CPU (INFO cpu) per decision: what a
 				// capacity plan scales (docs/benchmarks.md, "Capacity").
 				b.ReportMetric((mastersCPU(b, client)-cpu)/float64(b.N)*1e6, "redis-µs/decision")
+				// This process's CPU per decision (the callers, go-redis, the
+				// store): what bounds a Cluster once its masters have cores to
+				// spare (docs/benchmarks.md, "A Cluster on cores of its own").
+				if now := processCPU(); own >= 0 && now >= 0 {
+					b.ReportMetric((now-own)/float64(b.N)*1e6, "client-µs/decision")
+				}
 			})
 		}
 		if rates["unbatched"] > 0 {
