@@ -335,7 +335,10 @@ const (
 // and the hash of an API key, "user:42"): never the key itself, the same
 // on every server. It is written into dst, which it returns as a slice.
 func pkOf(dst *[pkLen]byte, key string) []byte {
-	m := pkMACs.Get().(*pkMAC)
+	m, ok := pkMACs.Get().(*pkMAC)
+	if !ok {
+		m = &pkMAC{mac: hmac.New(sha256.New, []byte(pkKey)), sum: make([]byte, 0, sha256.Size)}
+	}
 	m.in = append(m.in[:0], key...)
 	m.mac.Reset()
 	m.mac.Write(m.in)
@@ -357,9 +360,8 @@ type pkMAC struct {
 // maxPooledKey bounds the identity keys whose buffer goes back to the pool.
 const maxPooledKey = 1024
 
-var pkMACs = sync.Pool{New: func() any {
-	return &pkMAC{mac: hmac.New(sha256.New, []byte(pkKey)), sum: make([]byte, 0, sha256.Size)}
-}}
+// pkMACs holds the pkMACs not in use (an empty pool makes one).
+var pkMACs sync.Pool
 
 // appendPK appends the parameter pk, an RFC 9651 byte sequence, when pk
 // is not nil.
