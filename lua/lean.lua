@@ -10,9 +10,8 @@
 -- chunks read whole). It decides and writes as the general path does, in
 -- one HMGET and one HSET a key (and, when a sliding window's key skipped
 -- sub-buckets since its last charge, one more HMGET of those, to clear
--- them), writing nothing until every key has admitted the call, before
--- any function of the general path is defined (defining them costs a call
--- more than this path does). Any other call goes on below, nothing
+-- them), writing nothing until every key has admitted the call. Any
+-- other call goes on by the general path (take.lua's main), nothing
 -- written.
 --
 -- Redis's time here goes mostly by the field: each field read or written,

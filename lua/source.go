@@ -37,20 +37,14 @@ var (
 	take string
 )
 
-// Head and Body are the script's text, without the prelude of names
-// store/redis puts before it. Head is the opening (script.lua) and the
-// lean path of the common call (lean.lua); Body the reset, the resend
-// IDs, the policy and places in line, the algorithms, each with its own
-// arithmetic and steps (a log's ring, a token bucket, the approximation,
-// a Concurrent limit's slots, sub-buckets, a fixed window), the counters
-// of every algorithm one step at a time, the refund, the slots' release
-// and renewal, a key's frame in a take (its read, its debt's expiry, its
-// reply and writes), the take and main, which answers a call.
-//
-// Between them a script run by EVAL can try the lean path before the
-// functions of Body are made, which costs more than the lean path itself;
-// a library loaded once (FUNCTION LOAD) makes them once.
-var (
-	Head = opening + lean
-	Body = reset + resend + policy + logRing + token + approx + concurrent + sliding + fixed + counters + refund + slots + frame + take
-)
+// Source is the script's text, without the prelude of names store/redis
+// puts before it: the opening (script.lua), the frame of the lean path of
+// the common call (lean.lua), the reset, the resend IDs, the policy and
+// places in line, the algorithms, each with its own arithmetic, the steps
+// of the general path and those of its lean path (a log's ring, a token
+// bucket, the approximation, a Concurrent limit's slots, sub-buckets, a
+// fixed window), the counters of every algorithm one step at a time, the
+// refund, the slots' release and renewal, a key's frame in a take (its
+// read, its debt's expiry, its reply and writes), the take and main, which
+// answers a call.
+var Source = opening + lean + reset + resend + policy + logRing + token + approx + concurrent + sliding + fixed + counters + refund + slots + frame + take

@@ -2,7 +2,7 @@
 // uses the same Redis (a single server, Sentinel, a Cluster or a Ring) and
 // key prefix, each decision one script call on Redis's own clock.
 //
-// The script's source is the top-level lua package (lua.Head and lua.Body, its files
+// The script's source is the top-level lua package (lua.Source, its files
 // listed there); script.go gives it the
 // names of internal/layout and, for the first policies a store sees, their
 // numbers as data. The Go side: store.go (the Store and its calls, within

@@ -17,8 +17,8 @@ import (
 // from a library loaded once (FUNCTION LOAD), where the server has
 // functions (Redis 7 and later), else run by EVALSHA (EVAL when the server
 // lost it). A library makes the script's functions once, where EVAL makes
-// them on every call that goes past the lean path: a denial, a refund, a
-// call with request IDs costs Redis a few µs instead of some tens.
+// them on every call: a denial, a refund, a call with request IDs costs
+// Redis a few µs instead of some tens.
 type script struct {
 	*goredis.Script               // the text EVAL runs (evalSource)
 	lib             string        // the library (libSource)
@@ -44,7 +44,7 @@ const (
 
 // newScript returns the script whose prelude of names and policy is head.
 func newScript(head string, fn *atomic.Int32) *script {
-	sum := sha1.Sum([]byte(head + lua.Head + lua.Body))
+	sum := sha1.Sum([]byte(head + lua.Source))
 	name := "ratelimit_" + hex.EncodeToString(sum[:10])
 	return &script{Script: goredis.NewScript(evalSource(head)), lib: libSource(name, head), name: name, fn: fn}
 }
@@ -54,7 +54,7 @@ func newScript(head string, fn *atomic.Int32) *script {
 // library's one function. A library may not read Lua's own functions
 // while it loads: the first call binds them (std).
 func libSource(name, head string) string {
-	return "#!lua name=" + name + "\n" + head + "local KEYS, ARGV\n" + lua.Head + lua.Body +
+	return "#!lua name=" + name + "\n" + head + "local KEYS, ARGV\n" + lua.Source +
 		"redis.register_function('" + name + "', function(keys, argv)\n" +
 		"  KEYS, ARGV = keys, argv\n" +
 		"  if not floor then tonumber, floor, ceil, fmt, sub, find, byte, char = std() end\n" +

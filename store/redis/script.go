@@ -27,11 +27,11 @@ const (
 )
 
 // evalSource is the script as EVAL runs it: head (the prelude of names
-// and the policy, when baked), then the lua package's Head and Body, which
-// make every function of the script on each run (a library, loaded once,
+// and the policy, when baked), then the lua package's Source, which
+// makes every function of the script on each run (a library, loaded once,
 // makes them once: functions.go), then main, which answers the call.
 func evalSource(head string) string {
-	return head + "local KEYS, ARGV = KEYS, ARGV\n" + lua.Head + lua.Body +
+	return head + "local KEYS, ARGV = KEYS, ARGV\n" + lua.Source +
 		"tonumber, floor, ceil, fmt, sub, find, byte, char = std()\n" +
 		"return main()\n"
 }
