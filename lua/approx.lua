@@ -94,10 +94,8 @@ end
 
 -- The lean path (lean.lua) of the approximation: the window's index, its
 -- cost and the previous window's.
-function APPROX.leanfields(f, m, j, now, cost)
-  local off = BAKED[j + P_HASH]
-  f[m + 1], f[m + 2], f[m + 3] = NAMES[off], NAMES[off + 1], NAMES[off + 2]
-  return m + 3
+function APPROX.leanfields(f, m, j)
+  return leannames(f, m, j, 3)
 end
 
 -- lean: as SLIDING.lean (sliding.lua), with the weighted product in the

@@ -38,10 +38,8 @@ function FIXED.charge(s, key, j, t, used, total, c, out, o)
 end
 
 -- The lean path (lean.lua) of a fixed window: its index and cost.
-function FIXED.leanfields(f, m, j, now, cost)
-  local off = BAKED[j + P_HASH]
-  f[m + 1], f[m + 2] = NAMES[off], NAMES[off + 1]
-  return m + 2
+function FIXED.leanfields(f, m, j)
+  return leannames(f, m, j, 2)
 end
 
 -- lean: as SLIDING.lean (sliding.lua).

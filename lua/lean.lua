@@ -28,6 +28,16 @@
 -- arguments of the calls before this one.
 local MULTI -- a batch ('m'; main sets it)
 
+-- leannames names the first count fields of the limit at j (BAKED's
+-- positions) into f after m, and returns the new m: the leanfields of an
+-- algorithm whose lean path reads its fields whole (fixed.lua, token.lua,
+-- approx.lua).
+local function leannames(f, m, j, count)
+  local off = BAKED[j + P_HASH]
+  for c = 0, count - 1 do f[m + 1 + c] = NAMES[off + c] end
+  return m + count
+end
+
 -- lean answers the call by the lean path, or returns nil (nothing
 -- written) for the general path to answer it.
 local function lean()

@@ -129,10 +129,8 @@ end
 
 -- The lean path (lean.lua) of a token bucket: its TAT, and the interval
 -- it was written in.
-function TOKEN.leanfields(f, m, j, now, cost)
-  local off = BAKED[j + P_HASH]
-  f[m + 1], f[m + 2] = NAMES[off], NAMES[off + 1]
-  return m + 2
+function TOKEN.leanfields(f, m, j)
+  return leannames(f, m, j, 2)
 end
 
 -- lean: as SLIDING.lean (sliding.lua). A TAT written in another interval
