@@ -46,8 +46,12 @@ local function lean()
     if MULTI then calls, R = (#ARGV - 1) / MARGS, {} end
     for call = 1, calls do
       local answered = false
-      local nk, nowarg, cost, rid = #KEYS, ARGV[2], ARGV[3] + 0, ARGV[4]
-      if MULTI then nk, nowarg, cost, rid = ARGV[ab + 1] + 0, ARGV[ab + 2], ARGV[ab + 3] + 0, ARGV[ab + 4] end
+      local nk, nowarg, cost, rid
+      if MULTI then
+        nk, nowarg, cost, rid = ARGV[ab + 1] + 0, ARGV[ab + 2], ARGV[ab + 3] + 0, ARGV[ab + 4]
+      else
+        nk, nowarg, cost, rid = #KEYS, ARGV[2], ARGV[3] + 0, ARGV[4]
+      end
       repeat -- a break falls through to the general path (or, in a batch, answers 0)
         if cost < 1 or byte(rid, 1) == 33 then break end -- 33: '!', a resend
         local now = nowarg + 0
