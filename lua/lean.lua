@@ -42,10 +42,10 @@ end
 -- written) for the general path to answer it.
 local function lean()
   if (OP == 'f' or MULTI) and BAKED then
-    local calls, R, rn, kb, ab, clock, F, scratch = 1, nil, 0, 0, 1, 0, nil, nil
+    local calls, R, rn, kb, ab, clock, F, top = 1, nil, 0, 0, 1, 0, nil, 0
     if MULTI then calls, R = (#ARGV - 1) / MARGS, {} end
     for call = 1, calls do
-      local answered = false
+      local answered, q = false, rn + 2 -- q: the last place of R this call wrote
       local nk, nowarg, cost, rid
       if MULTI then
         nk, nowarg, cost, rid = ARGV[ab + 1] + 0, ARGV[ab + 2], ARGV[ab + 3] + 0, ARGV[ab + 4]
@@ -100,11 +100,11 @@ local function lean()
         -- its fields and values, how many, and its new expiry in ms or false)
         -- until every key has admitted the call; the last key's in wr, o - 1
         -- and px.
-        -- A batch's calls share one (their answers go into R, below).
-        local out = scratch
-        if not out then
+        -- In a batch each call's answer goes straight into R instead, after q
+        -- (see below).
+        local out
+        if not MULTI then
           out = {1, now, cost, 0, 0, 1, now, 0, 0, 0, 0, 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
-          if MULTI then scratch = out end
         end
         local W, wr, o, px = nil, nil, 1, false
         local ts, need = F and F.now == now and F.ts or fmt('%d', now), now + ttl * 1000
@@ -122,7 +122,11 @@ local function lean()
           -- write's first slots are kept for them.
           local fresh = not (v[1] or v[2])
           local at = RHEAD + (ki - 1) * (KHEAD + RLIM * nl) -- the key's part of the reply, from at + 1
-          out[at + 1], out[at + 2], out[at + 3] = 1, now, g
+          if out then
+            out[at + 1], out[at + 2], out[at + 3] = 1, now, g
+          else
+            R[q + 1], q = g, q + 1
+          end
           wr = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
           o = 1
           local x = first -- the field read next
@@ -139,8 +143,12 @@ local function lean()
               ok = false
               break
             end
-            local p = at + KHEAD + 1 + RLIM * i
-            out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = rem, reset, 0, mark, refill
+            if out then
+              local p = at + KHEAD + 1 + RLIM * i
+              out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = rem, reset, 0, mark, refill
+            else
+              R[q + 1], R[q + 2], R[q + 3], R[q + 4], q = rem, reset, mark, refill, q + 4
+            end
           end
           if not ok then break end
           if rid ~= '' then
@@ -186,20 +194,22 @@ local function lean()
         -- path says alike (admitted, granted its cost, nothing to wait for,
         -- each key charged at now, no retry): its length, now, then per key
         -- its refund count and per limit its remaining, reset, mark and
-        -- refill (store/redis/multi.go's answer puts the rest back).
-        R[rn + 1], R[rn + 2], rn = 1 + nk * (1 + 4 * nl), now, rn + 2
-        for ki = 1, nk do
-          local at = RHEAD + (ki - 1) * (KHEAD + RLIM * nl)
-          R[rn + 1], rn = out[at + 3], rn + 1
-          for p = at + KHEAD + 1, at + KHEAD + RLIM * nl, RLIM do
-            R[rn + 1], R[rn + 2], R[rn + 3], R[rn + 4], rn = out[p], out[p + 1], out[p + 3], out[p + 4], rn + 4
-          end
-        end
+        -- refill (store/redis/multi.go's answer puts the rest back), written
+        -- into R from rn + 3 as each key admitted the call.
+        R[rn + 1], R[rn + 2], rn = q - rn - 1, now, q
         answered = true
       until true
-      if MULTI and not answered then R[rn + 1], rn = 0, rn + 1 end
+      if MULTI and not answered then
+        -- What the keys that admitted the call wrote after rn is left for the
+        -- next call to write over, or cleared below.
+        if q > top then top = q end
+        R[rn + 1], rn = 0, rn + 1
+      end
       kb, ab = kb + nk, ab + MARGS
     end
-    if MULTI then return R end
+    if MULTI then
+      for i = rn + 1, top do R[i] = nil end
+      return R
+    end
   end
 end
