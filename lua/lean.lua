@@ -42,7 +42,7 @@ end
 -- written) for the general path to answer it.
 local function lean()
   if (OP == 'f' or MULTI) and BAKED then
-    local calls, R, rn, kb, ab, clock, F, top = 1, nil, 0, 0, 1, 0, nil, 0
+    local calls, R, rn, kb, ab, clock, F, top, WR = 1, nil, 0, 0, 1, 0, nil, 0, nil
     if MULTI then calls, R = (#ARGV - 1) / MARGS, {} end
     for call = 1, calls do
       local answered, q = false, rn + 2 -- q: the last place of R this call wrote
@@ -127,7 +127,10 @@ local function lean()
           else
             R[q + 1], q = g, q + 1
           end
-          wr = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+          -- A call of one key writes every place of wr up to o - 1, so a
+          -- batch's calls of one key share one (W holds the others).
+          wr = nk == 1 and WR or {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+          if nk == 1 then WR = wr end
           o = 1
           local x = first -- the field read next
           if fresh then
