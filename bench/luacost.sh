@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # luacost.sh counts the instructions Redis runs per decision inside our
 # script: the library of a section's policy (a: one sliding-window limit, b:
-# three), called by FCALL in runs of calls, as the store's batches call it. The
+# three), called by FCALL in runs of calls, as the store's batches call it;
+# or (d) a flood of one identity, past its limits, called one common call at
+# a time, as the store sends calls a run would decline. The
 # count comes from valgrind's callgrind, so it is the same whatever else the
 # machine is doing, where timings on a shared machine move by a third from
 # run to run: the yardstick for a change of the script (see README.md,
 # "Counting a decision's instructions").
 #
 # Usage: ./luacost.sh [-s section] [-l library.lua] [-r identities] [-n fcalls] [-b calls]
-#   -s  the section whose policy's library is counted: a or b (default b)
+#   -s  the section whose policy's library is counted: a, b or d (default b)
 #   -l  a library to count (FUNCTION LOAD text) instead: a variant of one
 #       this bench loads, taken from a private redis-server
 #   -r  identities (default 8: under callgrind Redis runs about 50 times
@@ -70,8 +72,8 @@ if [ -z "$lib" ]; then
   redis-server --port "$plain" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
   waitfor "$plain"
   case $section in
-    a | b) ;;
-    *) echo "luacost: -s wants a or b" >&2; exit 2 ;;
+    a | b | d) ;;
+    *) echo "luacost: -s wants a, b or d" >&2; exit 2 ;;
   esac
   go run . -redis "127.0.0.1:$plain" -sections "$section" -duration 1s -rounds 1 -only '^ours Take, sliding-window$' >/dev/null 2>&1
   redis-cli -p "$plain" --raw function list withcode >"$work/list.txt"
@@ -92,11 +94,21 @@ waitfor "$counted"
 redis-cli -p "$counted" -x function load <"$work/luacost.lua" >/dev/null
 
 # A run ('m'): per call its key count, now (0: Redis's clock), cost and a
-# resend ID of the store's length (lua/script.lua, MARGS and RIDLEN).
-cmd=(fcall luacost "$per")
-for _ in $(seq "$per"); do cmd+=("{ip:__rand_int__}:luacost"); done
-cmd+=(m)
-for _ in $(seq "$per"); do cmd+=(1 0 1 abcdef); done
+# resend ID of the store's length (lua/script.lua, MARGS and RIDLEN). A
+# flood: the common call ('f': now, cost, resend ID) on one key, every call
+# at the same given time (floodNow, µs), so that the first calls of the
+# warm-up fill the policy's 10/s and all later ones are denied by it, however
+# fast the calls go.
+floodNow=1800000000000000
+if [ "$section" = d ]; then
+  per=1 ids=1
+  cmd=(fcall luacost 1 "{ip:1}:luacost" f "$floodNow" 1 abcdef)
+else
+  cmd=(fcall luacost "$per")
+  for _ in $(seq "$per"); do cmd+=("{ip:__rand_int__}:luacost"); done
+  cmd+=(m)
+  for _ in $(seq "$per"); do cmd+=(1 0 1 abcdef); done
+fi
 probe=("${cmd[@]}")
 for i in "${!probe[@]}"; do probe[i]=${probe[i]//__rand_int__/1}; done
 if redis-cli -p "$counted" "${probe[@]}" | grep -q ERR; then
