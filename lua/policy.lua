@@ -13,15 +13,20 @@ local function nm(x)
 end
 
 -- The policy, baked or from ARGV from index a (its header at the
--- positions Q_*, then STRIDE numbers per limit); a is then past it.
+-- positions Q_*, then STRIDE numbers per limit); a is then past it. A
+-- library's baked policy is read once, by its first call that needs it
+-- (BAKEDREAD; nothing writes P): EVAL makes everything again each call.
 local TTL, NL, BLOCK, IDTTL, RES, PEND, P
+local BAKEDREAD = false
 local function policy(src, a)
+  if BAKEDREAD and src == BAKED then return a + QHEAD + STRIDE * NL end
   local h = a - 1
   TTL, NL, BLOCK, IDTTL = tonumber(src[h + Q_TTL]), tonumber(src[h + Q_LIMITS]), tonumber(src[h + Q_BLOCK]), tonumber(src[h + Q_IDTTL])
   RES = tostring(src[h + Q_RESERVES]) == '1'
   PEND = tostring(src[h + Q_PENDING]) == '1'
   P = {}
   for i = 1, STRIDE * NL do P[i] = tonumber(src[h + QHEAD + i]) end
+  BAKEDREAD = src == BAKED
   return a + QHEAD + STRIDE * NL
 end
 
