@@ -43,9 +43,9 @@ end
 local function lean()
   if (OP == 'f' or MULTI) and BAKED then
     local calls, R, rn, kb, ab, clock, F, top, WR = 1, nil, 0, 0, 1, 0, nil, 0, nil
-    if MULTI then calls, R = (#ARGV - 1) / MARGS, {} end
+    if MULTI then calls, R, rn = (#ARGV - 1) / MARGS, {0}, 1 end -- R[1]: the run's clock
     for call = 1, calls do
-      local answered, q = false, rn + 2 -- q: the last place of R this call wrote
+      local answered, q = false, rn + 1 -- q: the last place of R this call wrote
       local nk, nowarg, cost, rid
       if MULTI then
         nk, nowarg, cost, rid = ARGV[ab + 1] + 0, ARGV[ab + 2], ARGV[ab + 3] + 0, ARGV[ab + 4]
@@ -140,8 +140,8 @@ local function lean()
           end
           for i = 0, nl - 1 do
             local j = QHEAD + STRIDE * i
-            local rem, reset, mark, refill
-            x, o, rem, reset, mark, refill = ALG[BAKED[j + P_KIND]].lean(v, f, x, j, now, cost, s1, key, wr, o)
+            local kind, rem, reset, mark, refill = BAKED[j + P_KIND], nil, nil, nil, nil
+            x, o, rem, reset, mark, refill = ALG[kind].lean(v, f, x, j, now, cost, s1, key, wr, o)
             if not x then
               ok = false
               break
@@ -150,7 +150,13 @@ local function lean()
               local p = at + KHEAD + 1 + RLIM * i
               out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = rem, reset, 0, mark, refill
             else
-              R[q + 1], R[q + 2], R[q + 3], R[q + 4], q = rem, reset, mark, refill, q + 4
+              -- Its reset only where the kind does not settle it, never its
+              -- mark (store/redis/run_answer.go restores them).
+              if RUNRESET[kind] then
+                R[q + 1], R[q + 2], R[q + 3], q = rem, reset, refill, q + 3
+              else
+                R[q + 1], R[q + 2], q = rem, refill, q + 2
+              end
             end
           end
           if not ok then break end
@@ -195,11 +201,13 @@ local function lean()
         if not MULTI then return out end
         -- In a batch, the call's answer without what every admission by this
         -- path says alike (admitted, granted its cost, nothing to wait for,
-        -- each key charged at now, no retry): its length, now, then per key
-        -- its refund count and per limit its remaining, reset, mark and
-        -- refill (store/redis/multi.go's answer puts the rest back), written
-        -- into R from rn + 3 as each key admitted the call.
-        R[rn + 1], R[rn + 2], rn = q - rn - 1, now, q
+        -- each key charged at now, no retry) or the caller knows (now: the
+        -- call's own, else the run's clock, R[1]): its length, then per key
+        -- its refund count and per limit its remaining, its reset where
+        -- RUNRESET names its kind, and its refill (store/redis/multi.go's
+        -- answer puts the rest back), written into R from rn + 2 as each
+        -- key admitted the call.
+        R[rn + 1], rn = q - rn - 1, q
         answered = true
       until true
       if MULTI and not answered then
@@ -212,6 +220,7 @@ local function lean()
     end
     if MULTI then
       for i = rn + 1, top do R[i] = nil end
+      R[1] = clock
       return R
     end
   end

@@ -17,6 +17,7 @@
 -- number I_TIME, the numbers RIDLEN, RIDN, QLEN, MAXQ, EPOCH, MAXREP, and
 -- M_UPTO and M_FORCE, a take's modes; RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
 -- and of a limit's part; MARGS, the arguments per call of a batch ('m');
+-- RUNRESET, the kinds whose reset a batch's answer gives;
 -- the policy header's positions Q_* and size QHEAD;
 -- the expiry slack XSLACK; MAXSPAN, ratelimit.MaxSpan in µs; TW, the width
 -- of a time kept as text (layout.TimeDigits), TFMT its format, QFMT a pending
@@ -52,11 +53,14 @@
 --   'm' a batch of 'f' calls of one baked policy, run in order at one
 --       reading of TIME. ARGV: per call MARGS numbers: its number of keys,
 --       now, cost, resend ID. KEYS: the calls' keys, one call's after
---       another's. Reply: one list, per call 0 when the lean path could
---       not answer it (nothing written: the caller sends it again alone),
---       else what 'f' replies less what every lean admission says alike:
---       its length (1 + keys * (1 + 4 * limits)), now, then per key its
---       refund count and per limit its remaining, reset, mark and refill.
+--       another's. Reply: one list, the run's clock (0 when no call read
+--       it), then per call 0 when the lean path could not answer it
+--       (nothing written: the caller sends it again alone), else what 'f'
+--       replies less what every lean admission says alike and its now
+--       (its own, else the run's clock): its length, then per key its
+--       refund count and per limit its remaining, its reset where RUNRESET
+--       names its kind (the kind settles the others': store/redis's
+--       run_answer.go), and its refill; never a mark.
 --   'r' refund. ARGV: now, cost, the policy unless baked, then per key the
 --       time of the charge, the key's refund count then, and one mark per
 --       limit. KEYS: the identities charged. Reply: how many gave back.

@@ -26,6 +26,7 @@ type script struct {
 	fn              *atomic.Int32 // the store's fnUnknown or fnOff; nil: EVALSHA only (see maxLibraries)
 	loading         atomic.Bool   // a FUNCTION LOAD of lib is under way
 	failed          atomic.Int64  // when a load last failed (Unix ns): the next waits libRetry
+	run             []runLimit    // a baked policy's limits as a run's answer gives them (run_answer.go); nil: generic
 }
 
 // What a store knows of its server's functions (scripts.fn).

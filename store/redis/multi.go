@@ -122,6 +122,12 @@ func (w *wire) answer(cmd *goredis.Cmd) (again []*pending) {
 		return nil
 	}
 	rep, err := cmd.Int64Slice()
+	var clock int64 // the run's reading of Redis's clock
+	if err == nil && len(rep) == 0 {
+		err = fmt.Errorf("a batch of %d calls got an empty answer", len(w.calls))
+	} else if err == nil {
+		clock, rep = rep[0], rep[1:]
+	}
 	for _, p := range w.calls {
 		if err != nil {
 			p.err = err
@@ -143,7 +149,7 @@ func (w *wire) answer(cmd *goredis.Cmd) (again []*pending) {
 			p.err = err
 			continue
 		}
-		p.reply, p.err = admitted(rep[1:1+n], len(p.keys), p.args[2])
+		p.reply, p.err = admitted(rep[1:1+n], len(p.keys), p.args[1], p.args[2], clock, w.script.run)
 		rep = rep[1+n:]
 	}
 	if err == nil && len(rep) != 0 {
@@ -155,38 +161,40 @@ func (w *wire) answer(cmd *goredis.Cmd) (again []*pending) {
 	return again
 }
 
-// admitted is the whole reply (take.go's layout) of a call of nk keys and
-// cost that a run's lean path admitted, from the run's answer for it
-// (script.lua, 'm'): now, then per key its refund count and per limit its
-// remaining, reset, mark and refill. What it leaves out every such
+// admitted is the whole reply (take.go's layout) of a call of nk keys,
+// now given (0: Redis's, which the run read as clock) and cost
+// that a run's lean path admitted, from the run's answer for it
+// (script.lua, 'm'): per key its refund count and per limit what its
+// shape in run says (run_answer.go). What it leaves out every such
 // admission says alike: admitted, granted its cost, no release or flags,
-// each key charged at now, no retry.
-func admitted(part []int64, nk int, cost any) ([]int64, error) {
+// each key charged at now, no retry, and each limit's reset and mark
+// where its kind settles them.
+func admitted(part []int64, nk int, given, cost any, clock int64, run []runLimit) ([]int64, error) {
 	c, ok := cost.(int64)
-	per := 0
-	if nk > 0 {
-		per = (len(part) - 1) / nk // 1 + 4 per limit
+	now, nowOK := given.(int64)
+	if now == 0 {
+		now = clock
 	}
-	if !ok || nk == 0 || per < 1 || (per-1)%leanPerLimit != 0 || 1+nk*per != len(part) {
+	per := 1 // a key's refund count, then its limits
+	for _, r := range run {
+		per += r.width()
+	}
+	if !ok || !nowOK || now <= 0 || nk == 0 || len(run) == 0 || nk*per != len(part) {
 		return nil, fmt.Errorf("unexpected answer of %d numbers for %d keys in a batch", len(part), nk)
 	}
-	nl, now := (per-1)/leanPerLimit, part[0]
+	nl := len(run)
 	reply := make([]int64, rHeader+nk*keySize(nl))
 	reply[rAllowed], reply[rNow], reply[rGranted] = 1, now, c
 	for k := range nk {
-		src, dst := part[1+k*per:], reply[rHeader+k*keySize(nl):]
+		src, dst := part[k*per:], reply[rHeader+k*keySize(nl):]
 		dst[0], dst[1], dst[2] = kindCharged, now, src[0]
-		for i := range nl {
-			l, v := limitAt(dst, i), src[1+leanPerLimit*i:]
-			l[lRemaining], l[lReset], l[lMark], l[lRefill] = v[0], v[1], v[2], v[3]
+		at := 1
+		for i, r := range run {
+			at += r.restore(limitAt(dst, i), src[at:], now)
 		}
 	}
 	return reply, nil
 }
-
-// leanPerLimit is how many numbers a run's answer holds per limit of a key
-// (remaining, reset, mark, refill).
-const leanPerLimit = 4
 
 // alone sends again, one command each, the calls a run could not answer,
 // as opDeclined: the lean path declined them, so they go by the general

@@ -71,6 +71,7 @@ var prelude = func() string {
 		num(layout.ResendIDLen, layout.ResendIDs, layout.PendingDigits, layout.MaxPending, layout.GenEpoch, ratelimit.MaxRepeats))
 	line([]string{"M_UPTO", "M_FORCE", "M_LEASE"}, quote(modeUpTo, modeForce, modeLease))
 	line([]string{"RHEAD", "KHEAD", "RLIM", "MARGS"}, num(rHeader, rKeyHead, rPerLimit, multiArgs))
+	b.WriteString(runResetLine())
 	line([]string{"Q_TTL", "Q_LIMITS", "Q_BLOCK", "Q_IDTTL", "Q_RESERVES", "Q_PENDING", "QHEAD"},
 		num(qTTL, qLimits, qBlock, qIDTTL, qReserves, qPending, qHead))
 	line([]string{"F_TIME", "I_TIME"}, append(quote(layout.HashTime), num(layout.HashTimeField)...))
@@ -244,6 +245,7 @@ func (s *scripts) prepare(pol *ratelimit.Policy, ttlExtraMS int64) *prepared {
 			fn = nil // EVALSHA
 		}
 		p.script = newScript(bakedHead(nums), fn)
+		p.script.run = runLimits(nums)
 	} else {
 		p.script = s.anyPolicy()
 		p.tail = make([]any, len(nums))
