@@ -18,6 +18,8 @@
 #       in the pinned bench, so that its sub-buckets turn over as there)
 #   -n  FCALLs counted, after as many again to warm the keys (default 500)
 #   -b  calls per FCALL (default 10)
+# LUACOST_KEEP=dir keeps callgrind's output and its annotation there, to read
+# with callgrind_annotate.
 # Needs redis-server, redis-cli, redis-benchmark, valgrind and go.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -45,6 +47,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+[ -n "${LUACOST_KEEP:-}" ] && trap 'cp "$work"/annotate.txt "$work"/cg.out* "$LUACOST_KEEP"/ 2>/dev/null; cleanup' EXIT
 
 # freeport prints a loopback port nothing listens on.
 freeport() {
