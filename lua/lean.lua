@@ -22,11 +22,12 @@
 -- digits into numbers by arithmetic (half the cost of tonumber) and only
 -- when they are not '0', and sizes its tables up front.
 
--- A batch ('m', see script.lua) runs the path once per call, in order, at
--- one reading of Redis's clock; a call it cannot answer gets 0 (nothing
--- written) and goes again alone (store/redis/multi.go). kb and ab count the keys and
--- arguments of the calls before this one.
-local MULTI -- a batch ('m'; main sets it)
+-- A batch ('m', or 'u' for calls alike; see script.lua) runs the path
+-- once per call, in order, at one reading of Redis's clock; a call it
+-- cannot answer gets 0 (nothing written) and goes again alone
+-- (store/redis/multi.go). kb and ab count the keys and arguments of the
+-- calls before this one.
+local MULTI -- a batch ('m' or 'u'; main sets it)
 
 -- leannames names the first count fields of the limit at j (BAKED's
 -- positions) into f after m, and returns the new m: the leanfields of an
@@ -43,11 +44,15 @@ end
 local function lean()
   if (OP == 'f' or MULTI) and BAKED then
     local calls, R, rn, kb, ab, clock, F, top, WR = 1, nil, 0, 0, 1, 0, nil, 0, nil
+    local ank, anow, acost -- a run of calls alike ('u'): their number of keys, now and cost
     if MULTI then calls, R, rn = (#ARGV - 1) / MARGS, {0}, 1 end -- R[1]: the run's clock
+    if OP == 'u' then calls, ank, anow, acost = #ARGV - 4, ARGV[2] + 0, ARGV[3], ARGV[4] + 0 end
     for call = 1, calls do
       local answered, q = false, rn + 1 -- q: the last place of R this call wrote
       local nk, nowarg, cost, rid
-      if MULTI then
+      if ank then
+        nk, nowarg, cost, rid = ank, anow, acost, ARGV[4 + call]
+      elseif MULTI then
         nk, nowarg, cost, rid = ARGV[ab + 1] + 0, ARGV[ab + 2], ARGV[ab + 3] + 0, ARGV[ab + 4]
       else
         nk, nowarg, cost, rid = #KEYS, ARGV[2], ARGV[3] + 0, ARGV[4]

@@ -61,6 +61,9 @@
 --       refund count and per limit its remaining, its reset where RUNRESET
 --       names its kind (the kind settles the others': store/redis's
 --       run_answer.go), and its refill; never a mark.
+--   'u' an 'm' run of calls alike: the same number of keys, now and cost.
+--       ARGV: those three, then one resend ID per call. KEYS and reply as
+--       for 'm'.
 --   'r' refund. ARGV: now, cost, the policy unless baked, then per key the
 --       time of the charge, the key's refund count then, and one mark per
 --       limit. KEYS: the identities charged. Reply: how many gave back.

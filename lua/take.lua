@@ -419,7 +419,7 @@ end
 -- replies): by the lean path where it can, else by the general one.
 local function main()
   OP = ARGV[1]
-  MULTI = OP == 'm'
+  MULTI = OP == 'm' or OP == 'u'
   local leantried = false
   if OP == 'g' then OP, leantried = 'f', true end -- declined by a batch's lean path
   if not leantried then

@@ -25,7 +25,8 @@ import (
 type roundHook struct {
 	mu     sync.Mutex
 	rounds [][]string
-	runs   int // runs of several calls ('m') sent
+	runs   int // runs of several calls ('m' or 'u') sent
+	alike  int // of those, runs of calls alike ('u')
 	// leanAgain counts common calls sent again after the first round as
 	// opFast: a run declined them, so they go as opDeclined.
 	leanAgain int
@@ -69,9 +70,12 @@ func (h *roundHook) record(cmds []goredis.Cmder) {
 			}
 			h.mu.Unlock()
 		}
-		if len(a) > 3+nk && a[3+nk] == opMulti {
+		if len(a) > 3+nk && (a[3+nk] == opMulti || a[3+nk] == opAlike) {
 			h.mu.Lock()
 			h.runs++
+			if a[3+nk] == opAlike {
+				h.alike++
+			}
 			h.mu.Unlock()
 		}
 	}
@@ -108,7 +112,8 @@ func (c *batchCall) run(ctx context.Context, s *Store) (ratelimit.Decision, erro
 // or two identities a call, costs up to above the rate, and calls that are
 // not common (up to, reserving, with a request ID) among them: the store
 // that batches must answer every call, and leave every key, as a store
-// that sends each call alone in that order.
+// that sends each call alone in that order. Both layouts of a run must
+// occur: calls that differ ('m') and calls alike ('u').
 func TestBatchRunDecidesAsAlone(t *testing.T) {
 	policies := []*ratelimit.Policy{
 		ratelimit.MustParsePolicy("5/m, 12/h", ratelimit.Named("sw")),
@@ -119,6 +124,7 @@ func TestBatchRunDecidesAsAlone(t *testing.T) {
 		ratelimit.MustParsePolicy("4/m", ratelimit.Named("blocks"), ratelimit.BlockFor(20*time.Second)),
 	}
 	const seeds, steps = 12, 50
+	var runs, alike int // over every seed
 	for seed := range seeds {
 		t.Run(strconv.Itoa(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(seed), 7))
@@ -217,7 +223,11 @@ func TestBatchRunDecidesAsAlone(t *testing.T) {
 			if h.runCount() == 0 {
 				t.Fatal("no batch went as a run")
 			}
+			runs, alike = runs+h.runCount(), alike+h.alike
 		})
+	}
+	if alike == 0 || alike == runs {
+		t.Fatalf("%d runs, %d of them of calls alike: the test must send both layouts", runs, alike)
 	}
 }
 

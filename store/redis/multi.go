@@ -89,13 +89,32 @@ func merge(live []*pending, skip map[*script]int, runs bool) []*wire {
 }
 
 // lay makes w a run of its calls: their keys one call's after another's,
-// and per call its number of keys, now, cost and resend ID.
+// and per call its number of keys, now, cost and resend ID; or, when
+// every call has the same number of keys, now and cost (the common case:
+// one identity, Redis's clock, cost 1), those three once and then one
+// resend ID per call (opAlike): Redis then reads three arguments a call
+// fewer, about 4% of a one-limit decision (bench/luacost.sh).
 func (w *wire) lay() {
 	w.run, w.keys = true, nil
+	first := w.calls[0]
+	alike := true
+	for _, p := range w.calls {
+		w.keys = append(w.keys, p.keys...)
+		if len(p.keys) != len(first.keys) || p.args[1] != first.args[1] || p.args[2] != first.args[2] {
+			alike = false
+		}
+	}
+	if alike {
+		w.args = make([]any, 4, 4+len(w.calls))
+		w.args[0], w.args[1], w.args[2], w.args[3] = opAlike, len(first.keys), first.args[1], first.args[2]
+		for _, p := range w.calls {
+			w.args = append(w.args, p.args[3])
+		}
+		return
+	}
 	w.args = make([]any, 1, 1+multiArgs*len(w.calls))
 	w.args[0] = opMulti
 	for _, p := range w.calls {
-		w.keys = append(w.keys, p.keys...)
 		w.args = append(w.args, len(p.keys), p.args[1], p.args[2], p.args[3])
 	}
 }

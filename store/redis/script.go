@@ -20,6 +20,7 @@ const (
 	opTake     = "t"
 	opFast     = "f" // a plain Take with no request ID
 	opMulti    = "m" // several opFast calls of one baked policy, in one run (batch.go)
+	opAlike    = "u" // an opMulti run whose calls share their number of keys, now and cost, given once
 	opDeclined = "g" // an opFast call a run declined: the general path at once (multi.go's alone)
 	opRefund   = "r"
 	opReset    = "x"
