@@ -9,7 +9,7 @@
 # run to run: the yardstick for a change of the script (see README.md,
 # "Counting a decision's instructions").
 #
-# Usage: ./luacost.sh [-s section] [-l library.lua] [-r identities] [-n fcalls] [-b calls]
+# Usage: ./luacost.sh [-s section] [-l library.lua] [-r identities] [-n fcalls] [-b calls] [-m] [-w]
 #   -s  the section whose policy's library is counted: a, b or d (default b)
 #   -l  a library to count (FUNCTION LOAD text) instead: a variant of one
 #       this bench loads, taken from a private redis-server
@@ -18,20 +18,26 @@
 #       in the pinned bench, so that its sub-buckets turn over as there)
 #   -n  FCALLs counted, after as many again to warm the keys (default 500)
 #   -b  calls per FCALL (default 10)
+#   -m  runs laid out call by call ('m', as the store sends calls that
+#       differ), not as calls alike ('u', the common case)
+#   -w  the whole request: reading and parsing it, FCALL, and writing the
+#       reply (without it, FCALL alone)
 # LUACOST_KEEP=dir keeps callgrind's output and its annotation there, to read
 # with callgrind_annotate.
 # Needs redis-server, redis-cli, redis-benchmark, valgrind and go.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-lib="" section=b ids=8 n=500 per=10
-while getopts "s:l:r:n:b:" o; do
+lib="" section=b ids=8 n=500 per=10 layout=u toggle=(--toggle-collect=fcallCommand) what="inside FCALL"
+while getopts "s:l:r:n:b:mw" o; do
   case $o in
     s) section=$OPTARG ;;
     l) lib=$OPTARG ;;
     r) ids=$OPTARG ;;
     n) n=$OPTARG ;;
     b) per=$OPTARG ;;
+    m) layout=m ;;
+    w) toggle=(--toggle-collect=readQueryFromClient --toggle-collect=writeToClient) what="in the whole request" ;;
     *) sed -n '/^# Usage/,/^# Needs/p' "$0" >&2; exit 2 ;;
   esac
 done
@@ -91,13 +97,14 @@ fi
 sed '1s/^#!lua name=.*/#!lua name=luacost/; s/register_function(.ratelimit_[0-9a-f]*./register_function('"'"'luacost'"'"'/' "$lib" >"$work/luacost.lua"
 
 counted=$(freeport)
-valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" --toggle-collect=fcallCommand --collect-atstart=no \
+valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "${toggle[@]}" --collect-atstart=no \
   redis-server --port "$counted" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
 waitfor "$counted"
 redis-cli -p "$counted" -x function load <"$work/luacost.lua" >/dev/null
 
-# A run ('m'): per call its key count, now (0: Redis's clock), cost and a
-# resend ID of the store's length (lua/script.lua, MARGS and RIDLEN). A
+# A run of calls alike ('u'): their key count, now (0: Redis's clock) and
+# cost once, then per call a resend ID of the store's length (RIDLEN); with
+# -m ('m'), per call all four (lua/script.lua, MARGS). A
 # flood: the common call ('f': now, cost, resend ID) on one key, every call
 # at the same given time (floodNow, µs), so that the first calls of the
 # warm-up fill the policy's 10/s and all later ones are denied by it, however
@@ -109,8 +116,13 @@ if [ "$section" = d ]; then
 else
   cmd=(fcall luacost "$per")
   for _ in $(seq "$per"); do cmd+=("{ip:__rand_int__}:luacost"); done
-  cmd+=(m)
-  for _ in $(seq "$per"); do cmd+=(1 0 1 abcdef); done
+  if [ "$layout" = m ]; then
+    cmd+=(m)
+    for _ in $(seq "$per"); do cmd+=(1 0 1 abcdef); done
+  else
+    cmd+=(u 1 0 1)
+    for _ in $(seq "$per"); do cmd+=(abcdef); done
+  fi
 fi
 probe=("${cmd[@]}")
 for i in "${!probe[@]}"; do probe[i]=${probe[i]//__rand_int__/1}; done
@@ -130,7 +142,7 @@ out=$(ls -t "$work"/cg.out* | head -1)
 decisions=$((n * per))
 callgrind_annotate --threshold=100 --inclusive=yes "$out" 2>/dev/null >"$work/annotate.txt"
 total=$(awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}' "$work/annotate.txt")
-echo "instructions per decision inside FCALL: $((total / decisions)) ($decisions decisions, $ids identities, $per calls per FCALL)"
+echo "instructions per decision $what: $((total / decisions)) ($decisions decisions, $ids identities, $per calls per FCALL)"
 echo "of which (inclusive, per decision):"
 for f in hmgetCommand hsetCommand lpFind parseReply strtod __sprintf_chk lua_pushlstring; do
   awk -v f="$f" -v d="$decisions" '$0 ~ (":" f " ") {gsub(",", "", $1); printf "  %-16s %8d\n", f, $1 / d; exit}' "$work/annotate.txt"
