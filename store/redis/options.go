@@ -108,6 +108,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	if r.batch != nil {
 		r.batch.client = client
 	}
+	r.denied = newDeniedKeys(r.now)
 	r.diag = diagnose(client) // adds a go-redis hook: errors then name their cause
 	if r.fleetShare {
 		r.fleet = startFleet(client, r.prefix)

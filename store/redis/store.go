@@ -62,6 +62,7 @@ type Store struct {
 	ridHook     func() *resendID // tests only: the resend ID of each call
 	runs        bool             // tests only: every common call goes as a batch's run of one (multi.go)
 	general     bool             // tests only: every take by the script's general path
+	denied      *deniedKeys      // keys whose plain Takes go by the general path for now (denied_keys.go)
 	batch       *batcher         // nil: one call per Take (WithBatching(0)), or a Cluster or Ring
 	// nodeBatching is WithBatching's inFlight on a Cluster or Ring (0:
 	// off); nodeBatches holds each node's batcher by address (nodebatch.go).

@@ -73,8 +73,14 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 	if !r.cluster || len(keys) == 1 {
 		script, all := prep.script, append(keys, idKeys...)
 		var args []any
-		if idKeys == nil && !o.UpTo && !o.Force && o.MaxDelay == 0 && !r.general {
-			args = append([]any{opFast, now, o.Cost, r.resendID(ctx)}, prep.tail...)
+		plain := idKeys == nil && !o.UpTo && !o.Force && o.MaxDelay == 0 && !r.general
+		routed := plain && prep.tail == nil && r.denied.held(keys) // (the lean path runs only for a baked policy)
+		if plain {
+			op := opFast
+			if routed {
+				op = opDeclined
+			}
+			args = append([]any{op, now, o.Cost, r.resendID(ctx)}, prep.tail...)
 		} else {
 			args = prep.takeArgs(now, o, r.resendID(ctx), idKeys != nil)
 		}
@@ -96,6 +102,9 @@ func (r *Store) take(ctx context.Context, req ratelimit.Request, o verdict.Call)
 		}
 		if err := checkReply(reply, len(keys), nl); err != nil {
 			return ratelimit.Decision{}, err
+		}
+		if plain {
+			r.denied.learn(keys, reply, nl, routed)
 		}
 		return decide(req, [][]int64{reply}, nl), nil
 	}
