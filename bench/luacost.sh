@@ -9,7 +9,7 @@
 # run to run: the yardstick for a change of the script (see README.md,
 # "Counting a decision's instructions").
 #
-# Usage: ./luacost.sh [-s section] [-l library.lua] [-r identities] [-n fcalls] [-b calls] [-m] [-w]
+# Usage: ./luacost.sh [-s section] [-l library.lua] [-r identities] [-n fcalls] [-b calls] [-m] [-w] [-f]
 #   -s  the section whose policy's library is counted: a, b or d (default b)
 #   -l  a library to count (FUNCTION LOAD text) instead: a variant of one
 #       this bench loads, taken from a private redis-server
@@ -22,6 +22,8 @@
 #       differ), not as calls alike ('u', the common case)
 #   -w  the whole request: reading and parsing it, FCALL, and writing the
 #       reply (without it, FCALL alone)
+#   -f  with -s d, each call by 'f' (the lean path's try first), not by 'g' (the
+#       general path at once, as the store sends a key it has just seen denied)
 # LUACOST_KEEP=dir keeps callgrind's output and its annotation there, to read
 # with callgrind_annotate.
 # Needs redis-server, redis-cli, redis-benchmark, valgrind and go.
@@ -29,7 +31,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 lib="" section=b ids=8 n=500 per=10 layout=u toggle=(--toggle-collect=fcallCommand) what="inside FCALL"
-while getopts "s:l:r:n:b:mw" o; do
+flood=g
+while getopts "s:l:r:n:b:mwf" o; do
   case $o in
     s) section=$OPTARG ;;
     l) lib=$OPTARG ;;
@@ -37,6 +40,7 @@ while getopts "s:l:r:n:b:mw" o; do
     n) n=$OPTARG ;;
     b) per=$OPTARG ;;
     m) layout=m ;;
+    f) flood=f ;;
     w) toggle=(--toggle-collect=readQueryFromClient --toggle-collect=writeToClient) what="in the whole request" ;;
     *) sed -n '/^# Usage/,/^# Needs/p' "$0" >&2; exit 2 ;;
   esac
@@ -104,15 +108,16 @@ redis-cli -p "$counted" -x function load <"$work/luacost.lua" >/dev/null
 
 # A run of calls alike ('u'): their key count, now (0: Redis's clock) and
 # cost once, then per call a resend ID of the store's length (RIDLEN); with
-# -m ('m'), per call all four (lua/script.lua, MARGS). A
-# flood: the common call ('f': now, cost, resend ID) on one key, every call
+# -m ('m'), per call all four (lua/script.lua, MARGS). A flood: the common
+# call by the general path at once ('g', as the store sends a key it has
+# just seen denied; with -f by 'f': now, cost, resend ID) on one key, every call
 # at the same given time (floodNow, µs), so that the first calls of the
 # warm-up fill the policy's 10/s and all later ones are denied by it, however
 # fast the calls go.
 floodNow=1800000000000000
 if [ "$section" = d ]; then
   per=1 ids=1
-  cmd=(fcall luacost 1 "{ip:1}:luacost" f "$floodNow" 1 abcdef)
+  cmd=(fcall luacost 1 "{ip:1}:luacost" "$flood" "$floodNow" 1 abcdef)
 else
   cmd=(fcall luacost "$per")
   for _ in $(seq "$per"); do cmd+=("{ip:__rand_int__}:luacost"); done
