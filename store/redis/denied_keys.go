@@ -52,8 +52,15 @@ func (d *deniedKeys) held(keys []string) bool {
 	}
 	now := d.clock()
 	for _, k := range keys {
-		if v, ok := d.keys.Load(k); ok && v.(int64) > now {
+		v, ok := d.keys.Load(k)
+		if !ok {
+			continue
+		}
+		if v.(int64) > now {
 			return true
+		}
+		if d.keys.CompareAndDelete(k, v) { // lapsed: let it go
+			d.n.Add(-1)
 		}
 	}
 	return false

@@ -141,12 +141,13 @@ func TestDeniedKeysBounded(t *testing.T) {
 	}
 	c.Set(c.Now().Add(2 * time.Second)) // every key lapsed
 	now = d.clock()
-	if d.held([]string{"k0"}) {
-		t.Fatal("step 2: a lapsed key is still held")
+	if d.held([]string{"k0"}) || d.n.Load() != maxDeniedKeys-1 {
+		t.Fatalf("step 2: a lapsed key is still held, or not let go when looked up (%d held)", d.n.Load())
 	}
-	d.hold("new", now+1_000_000, now) // full: sweeps the lapsed ones to make room
-	if n := d.n.Load(); n != 1 || !d.held([]string{"new"}) {
-		t.Fatalf("step 3: %d keys held after a sweep of lapsed ones, want 1, the new one (held: %v)", n, d.held([]string{"new"}))
+	d.hold("new1", now+1_000_000, now) // fills the room k0 left
+	d.hold("new2", now+1_000_000, now) // full: sweeps the lapsed ones to make room
+	if n := d.n.Load(); n != 2 || !d.held([]string{"new1"}) || !d.held([]string{"new2"}) {
+		t.Fatalf("step 3: %d keys held after a sweep of lapsed ones, want the 2 new ones", n)
 	}
 }
 
