@@ -2,9 +2,9 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,42 +13,15 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 )
 
-// opHook records the operation of every script call.
-type opHook struct {
-	mu  sync.Mutex
-	ops []string
-}
-
-func (h *opHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-
-func (h *opHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		a := cmd.Args()
-		if n := cmd.Name(); len(a) > 3 && (n == "fcall" || n == "evalsha" || n == "eval") {
-			if nk, ok := a[2].(int); ok && len(a) > 3+nk {
-				h.mu.Lock()
-				h.ops = append(h.ops, a[3+nk].(string))
-				h.mu.Unlock()
-			}
+// scriptOp picks the operation of a script call (callHook).
+func scriptOp(cmd goredis.Cmder) string {
+	a := cmd.Args()
+	if n := cmd.Name(); len(a) > 3 && (n == "fcall" || n == "evalsha" || n == "eval") {
+		if nk, ok := a[2].(int); ok && len(a) > 3+nk {
+			return fmt.Sprint(a[3+nk])
 		}
-		return next(ctx, cmd)
 	}
-}
-
-func (h *opHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
-}
-
-// last returns the operation of the last script call, and forgets them.
-func (h *opHook) last() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.ops) == 0 {
-		return ""
-	}
-	op := h.ops[len(h.ops)-1]
-	h.ops = nil
-	return op
+	return ""
 }
 
 // TestDeniedKeyGoesByGeneralPath pins the route of a plain Take on a key
@@ -62,7 +35,7 @@ func TestDeniedKeyGoesByGeneralPath(t *testing.T) {
 	_, client, a := miniStore(t, WithClock(c.Now), WithBatching(0))
 	_, _, b := miniStore(t, WithClock(c.Now), WithBatching(0))
 	b.denied = nil // never reroutes
-	h := &opHook{}
+	h := &callHook{pick: scriptOp}
 	client.AddHook(h)
 	p := ratelimit.MustParsePolicy("3/m", ratelimit.Named("dk"))
 	ctx := context.Background()
@@ -101,7 +74,6 @@ func TestDeniedKeyGoesByGeneralPath(t *testing.T) {
 					t.Fatalf("step %d: reset: %v", i, err)
 				}
 			}
-			h.last()
 			continue
 		}
 		req := ratelimit.Request{Policy: p, Keys: s.keys, Cost: 1}

@@ -100,3 +100,38 @@ func takeEach(t *testing.T, s *Store, p *ratelimit.Policy, ids, per, callers int
 	}
 	return out
 }
+
+// callHook records, for every script call, what pick takes of it (a
+// script's hash, an operation; "" for other commands is not kept); last
+// returns the latest.
+type callHook struct {
+	pick func(goredis.Cmder) string
+	mu   sync.Mutex
+	seen []string
+}
+
+func (h *callHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *callHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if v := h.pick(cmd); v != "" {
+			h.mu.Lock()
+			h.seen = append(h.seen, v)
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *callHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func (h *callHook) last() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.seen) == 0 {
+		return ""
+	}
+	return h.seen[len(h.seen)-1]
+}
