@@ -124,6 +124,7 @@ const (
 	HashExpiry     = "x" // the time the key's expiry was last set to
 	HashResends    = "d" // resend IDs of the last charges (see ResendIDs)
 	HashPending    = "q" // pending reservations (see PendingDigits)
+	HashDenial     = "k" // a denial kept for the calls that repeat it, then "k1", "k2"... per limit (see DenialDigits); HashTime is then marked, after a space
 	HashTimeField  = 1
 	FirstHashField = 2
 )
@@ -137,6 +138,14 @@ const BucketSep = ":"
 
 // Numbers the Redis script shares with the Go side.
 const (
+	// DenialDigits is the width of each number of a kept denial (see
+	// HashDenial), spaces before its digits: in each limit's field its
+	// remaining, reset, wait and refill; in the header field, after the
+	// denial's time (TimeDigits), how long it holds, then what it was
+	// decided on. A denial with a number of more digits (a window over
+	// eleven days) is not kept. So a limit's field stays within a small
+	// hash's 64 bytes a value.
+	DenialDigits = 12
 	// ResendIDLen is the length of a script call's resend ID.
 	ResendIDLen = 6
 	// ResendIDs is how many resend IDs a key remembers: its last charges'.

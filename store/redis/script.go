@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,8 +67,10 @@ var prelude = func() string {
 		}
 		return out
 	}
-	line([]string{"F_BLOCK", "F_BLOCKLIM", "F_GEN", "F_EXPIRY", "F_RESENDS", "F_PENDING"},
-		quote(layout.HashBlock, layout.HashBlockLimit, layout.HashGen, layout.HashExpiry, layout.HashResends, layout.HashPending))
+	line([]string{"F_BLOCK", "F_BLOCKLIM", "F_GEN", "F_EXPIRY", "F_RESENDS", "F_PENDING", "F_DENIAL"},
+		quote(layout.HashBlock, layout.HashBlockLimit, layout.HashGen, layout.HashExpiry, layout.HashResends, layout.HashPending, layout.HashDenial))
+	dw := strconv.Itoa(layout.DenialDigits)
+	line([]string{"DW", "DFMT", "DMAX"}, append(append(num(layout.DenialDigits), quote("%"+dw+"d")...), "1"+strings.Repeat("0", layout.DenialDigits)))
 	line([]string{"RIDLEN", "RIDN", "QLEN", "MAXQ", "EPOCH", "MAXREP"},
 		num(layout.ResendIDLen, layout.ResendIDs, layout.PendingDigits, layout.MaxPending, layout.GenEpoch, ratelimit.MaxRepeats))
 	line([]string{"M_UPTO", "M_FORCE", "M_LEASE"}, quote(modeUpTo, modeForce, modeLease))
@@ -86,7 +89,7 @@ var prelude = func() string {
 
 // genericHead is the head of the script for any policy: the call carries
 // the policy.
-var genericHead = prelude + "local BAKED, NAMES = nil, nil\n"
+var genericHead = prelude + "local BAKED, NAMES, POLICYID = nil, nil, nil\n"
 
 // generic is the generic script as EVAL runs it (each store has its own
 // *script of it: scripts.generic).
@@ -138,7 +141,7 @@ func bakedHead(nums []int64) string {
 	var b strings.Builder
 	b.Grow(len(prelude) + 32 + 12*len(nums) + 6*int(last))
 	b.WriteString(prelude)
-	b.WriteString("local BAKED, NAMES = {")
+	b.WriteString("local BAKED, NAMES, POLICYID = {")
 	for i, v := range nums {
 		if i > 0 {
 			b.WriteString(", ")
@@ -152,8 +155,20 @@ func bakedHead(nums []int64) string {
 		}
 		b.WriteString(strconv.Quote(strconv.FormatInt(f, 10)))
 	}
-	b.WriteString("}\n")
+	b.WriteString("}, " + strconv.Quote(policyID(nums)) + "\n")
 	return b.String()
+}
+
+// policyID names a policy (its numbers nums) in the denials its script
+// keeps (lua/denial.lua), so that a key's next policy does not take its
+// last one's: an FNV-1a hash of the numbers, in hex.
+func policyID(nums []int64) string {
+	h := fnv.New32a()
+	for _, v := range nums {
+		h.Write(strconv.AppendInt(nil, v, 10))
+		h.Write([]byte{' '})
+	}
+	return strconv.FormatUint(uint64(h.Sum32()), 16)
 }
 
 // leanFields returns the last numbered hash field the lean path of the
