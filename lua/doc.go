@@ -10,8 +10,9 @@
 // named as store/memory's files are (log.lua, token.lua, approx.lua,
 // concurrent.lua, sliding.lua, fixed.lua), counters.lua (the steps by
 // kind, places in line, folds and retimes), refund.lua, slots.lua (releasing and
-// renewing slots), frame.lua (a key's read, expiry and reply in a take)
-// and take.lua.
+// renewing slots), frame.lua (a key's read, expiry and reply in a take),
+// denial.lua (a denial kept in its key for the calls that repeat it) and
+// take.lua.
 //
 // The script mirrors the memory store (store/memory), the reference; the
 // conformance suite (store/storetest) holds the two to identical answers.

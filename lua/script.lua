@@ -4,7 +4,7 @@
 -- path of the common call: its frame, each algorithm's steps being in its
 -- own file), reset.lua, resend.lua, policy.lua, log.lua,
 -- token.lua, approx.lua, concurrent.lua, sliding.lua, fixed.lua, counters.lua,
--- refund.lua, slots.lua, frame.lua and take.lua, joined by
+-- refund.lua, slots.lua, frame.lua, denial.lua and take.lua, joined by
 -- source.go. It mirrors the memory store (store/memory), the reference:
 -- the same state, laid out as internal/layout names it, the same integer
 -- arithmetic (microseconds; the approximation's one weighted product in
@@ -15,8 +15,10 @@
 -- store/redis/script.go puts before it a prelude of names (the kinds K_*, a limit's
 -- parameters P_* and STRIDE, the hash fields F_* and the time's field
 -- number I_TIME, the numbers RIDLEN, RIDN, QLEN, MAXQ, EPOCH, MAXREP, and
--- M_UPTO and M_FORCE, a take's modes; RHEAD, KHEAD, RLIM: the sizes of a take reply's header, of a key's head
--- and of a limit's part; MARGS, the arguments per call of a batch ('m');
+-- M_UPTO and M_FORCE, a take's modes; DW, DFMT and DMAX, the width,
+-- format and bound of a kept denial's numbers (F_DENIAL its field); RHEAD,
+-- KHEAD, RLIM: the sizes of a take reply's header, of a key's head and of
+-- a limit's part; MARGS, the arguments per call of a batch ('m');
 -- RUNRESET, the kinds whose reset a batch's answer gives;
 -- the policy header's positions Q_* and size QHEAD;
 -- the expiry slack XSLACK; MAXSPAN, ratelimit.MaxSpan in µs; TW, the width
@@ -26,10 +28,11 @@
 -- LOGBASE, which packs a log's pointer field (its oldest slot plus its
 -- capacity times LOGBASE), and LOGSMALL, SCHUNK and LCHUNK: a log of
 -- capacity up to LOGSMALL packs SCHUNK times a field, a larger one LCHUNK)
--- and the line "local BAKED, NAMES = ...": nil,
--- nil, or the policy as data (the numbers the unbaked script reads from
--- ARGV) and the names of its hash fields from 1 on ('1', '2', ...;
--- NAMES[x] is nm(x) of policy.lua, for the lean path).
+-- and the line "local BAKED, NAMES, POLICYID = ...": nil, nil, nil, or
+-- the policy as data (the numbers the unbaked script reads from ARGV),
+-- the names of its hash fields from 1 on ('1', '2', ...; NAMES[x] is
+-- nm(x) of policy.lua, for the lean path) and a fingerprint of its numbers
+-- (the denials it keeps name it: denial.lua).
 --
 -- ARGV[1] is the operation:
 --   't' take. ARGV: now (µs; 0 = Redis TIME), cost, mode (M_UPTO: grant
@@ -48,8 +51,11 @@
 --       call), at, the key's refund count, then per limit: remaining,
 --       reset, retry, mark (a token bucket's TAT right after a charge,
 --       else 0), refill (how long it admits no more than remaining)}.
---   'g' an 'f' call a batch's lean path declined ('m' answered 0): the
---       same arguments, answered by the general path at once.
+--   'g' an 'f' call a batch's lean path declined ('m' answered 0), or one
+--       on a key the store has just seen deny: the same arguments,
+--       answered by the general path at once. A call of either on one key
+--       that repeats a denial the key keeps is answered from it
+--       (denial.lua).
 --   'm' a batch of 'f' calls of one baked policy, run in order at one
 --       reading of TIME. ARGV: per call MARGS numbers: its number of keys,
 --       now, cost, resend ID. KEYS: the calls' keys, one call's after

@@ -33,6 +33,8 @@ var (
 	slots string
 	//go:embed frame.lua
 	frame string
+	//go:embed denial.lua
+	denial string
 	//go:embed take.lua
 	take string
 )
@@ -45,6 +47,6 @@ var (
 // bucket, the approximation, a Concurrent limit's slots, sub-buckets, a
 // fixed window), the counters of every algorithm one step at a time, the
 // refund, the slots' release and renewal, a key's frame in a take (its
-// read, its debt's expiry, its reply and writes), the take and main, which
-// answers a call.
-var Source = opening + lean + reset + resend + policy + logRing + token + approx + concurrent + sliding + fixed + counters + refund + slots + frame + take
+// read, its debt's expiry, its reply and writes), a denial kept for the
+// calls that repeat it, the take and main, which answers a call.
+var Source = opening + lean + reset + resend + policy + logRing + token + approx + concurrent + sliding + fixed + counters + refund + slots + frame + denial + take

@@ -134,6 +134,8 @@ local function optake(KEYS, ARGV, OP, now)
     if #s.qa > 0 and s.qa[#s.qa] + TTL * 1000 > need then need = s.qa[#s.qa] + TTL * 1000 end
     need = debt(s, need)
     settle(key, out, RHEAD + 1, w, wo, changed, sb, sl, t0, not allowed and cost > 0, skew, need, sx, now)
+    -- A denial is kept for the calls that repeat it (denial.lua).
+    if not allowed then denialkeep(key, s, out, now, ARGV[3], v[1], v[5], sb) end
     return out
   end
 
@@ -429,6 +431,12 @@ local function main()
   if MULTI then return redis.error_reply('ERR ratelimit: a batch of calls needs its policy baked into the script') end
   if OP == 'x' then return opreset() end
   now = clock(ARGV[2])
+  if OP == 'f' and BAKED and #KEYS == 1 then
+    -- A repeat of a denial the key keeps is answered from it (denial.lua).
+    policy(BAKED, 1)
+    local r = denialanswer(KEYS[1], ARGV[3], ARGV[4], now)
+    if r then return r end
+  end
   if OP == 'r' then return oprefund() end
   if OP == 'c' then return opslots() end
   return optake(KEYS, ARGV, OP, now)

@@ -9,9 +9,10 @@ import (
 // A key the store has just seen deny a plain Take sends its next plain
 // Takes by the script's general path at once (opDeclined) until that
 // denial's wait has passed. By the common call (opFast) the lean path
-// would read the key only to find it cannot admit, and the general path
-// would then read it again: under a flood of one identity that read is a
-// fifth of what each denial costs Redis (bench/luacost.sh -s d). Both
+// would read the key only to find it cannot admit: under a flood of one
+// identity, whose repeats the general path answers from the denial it
+// keeps in the key (lua/denial.lua), that read would be about half of
+// what each denial costs Redis (bench/luacost.sh -s d, against -f). Both
 // paths give the same answer; only the route changes. The first call the
 // general path admits clears the key, so a refund or a Reset costs one
 // call by the general path, and a key stays at most its wait. At most
