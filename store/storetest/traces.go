@@ -213,6 +213,35 @@ func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 		}
 		out[i] = s
 	}
+	return withRepeats(rng, widthUS, out)
+}
+
+// withRepeats follows some plain takes of trace with the same take again,
+// one to three times, each a moment later (within a quarter of a
+// sub-bucket or interval of widthUS): a flood's next calls, which a store
+// may answer from the denial it kept. The steps after them come later by
+// as much, and refer to the same steps as before.
+func withRepeats(rng *rand.Rand, widthUS []int64, trace []step) []step {
+	out := make([]step, 0, len(trace)*3/2)
+	moved := make([]int, len(trace)) // a step's index in out
+	var later time.Duration
+	for i, s := range trace {
+		s.at += later
+		if s.op == opRefund || s.op == opSettle || s.op == opRelease || s.op == opRenew {
+			s.ref = moved[s.ref]
+		}
+		moved[i] = len(out)
+		out = append(out, s)
+		if s.op != opTake || s.id != "" || rng.IntN(4) != 0 {
+			continue
+		}
+		at := s.at
+		for range 1 + rng.IntN(3) {
+			d := time.Duration(rng.Int64N(widthUS[rng.IntN(len(widthUS))]/4+1)) * time.Microsecond
+			at, later = at+d, later+d
+			out = append(out, step{at: at, keys: s.keys, cost: s.cost})
+		}
+	}
 	return out
 }
 
