@@ -111,13 +111,17 @@ redis-cli -p "$counted" -x function load <"$work/luacost.lua" >/dev/null
 # -m ('m'), per call all four (lua/script.lua, MARGS). A flood: the common
 # call by the general path at once ('g', as the store sends a key it has
 # just seen denied; with -f by 'f': now, cost, resend ID) on one key, every call
-# at the same given time (floodNow, µs), so that the first calls of the
-# warm-up fill the policy's 10/s and all later ones are denied by it, however
-# fast the calls go.
-floodNow=1800000000000000
+# at the same given time (floodNow, µs), after the key's admissions: ten
+# calls fillAgo earlier fill the policy's 10/s, so that every call of the
+# flood is denied by it, however fast the calls go, and finds the key as a
+# flood does, its last charge before the call.
+floodNow=1800000000000000 fillAgo=500000
 if [ "$section" = d ]; then
   per=1 ids=1
   cmd=(fcall luacost 1 "{ip:1}:luacost" "$flood" "$floodNow" 1 abcdef)
+  for _ in $(seq 10); do
+    redis-cli -p "$counted" fcall luacost 1 "{ip:1}:luacost" f "$((floodNow - fillAgo))" 1 abcdef >/dev/null
+  done
 else
   cmd=(fcall luacost "$per")
   for _ in $(seq "$per"); do cmd+=("{ip:__rand_int__}:luacost"); done
