@@ -42,5 +42,8 @@
 // Redis also keeps, per identity, when its expiry was last set
 // (HashExpiry) and the resend IDs of its last charges (HashResends: TimeDigits
 // digits of the time one was last pushed out, then ResendIDs IDs of
-// ResendIDLen characters).
+// ResendIDLen characters), and the last denial it kept for the calls
+// that repeat it (HashDenial, then one field per limit; DenialDigits),
+// while HashTime is marked: written again after a space, which any charge
+// undoes.
 package layout
