@@ -24,7 +24,11 @@ local function lrelay(s, key, j)
   local rc = (raw - ptr) / LOGBASE
   s[off] = ptr
   if not s.ring then s.ring = {} end
-  if raw == 0 then rc = cap end
+  if raw == 0 then
+    rc = cap
+    if not s.unlaid then s.unlaid = {} end
+    s.unlaid[j] = true -- never written: a place in line records its size (take.lua)
+  end
   s.ring[j] = rc
   if rc >= cap then return end
   s.ring[j] = cap

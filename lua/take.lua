@@ -361,6 +361,13 @@ local function optake(KEYS, ARGV, OP, now)
             local j = STRIDE * i
             -- Rings hold the sub-buckets up to t0, the last charge's time.
             if P[j + P_KIND] == K_BUCKETS then wo = badvance(s, key, j, t0, w, wo) end
+            if P[j + P_KIND] == K_LOG and s.unlaid and s.unlaid[j] then
+              -- A log first written by a place in line: its ring's size
+              -- is recorded now, as a charge records it, so that a policy
+              -- of a smaller rate folds the place into a ring that holds
+              -- it (store/memory lays a key out at its first write).
+              w[wo], w[wo + 1], wo = P[j + P_HASH], s.ring[j] * LOGBASE, wo + 2
+            end
             if P[j + P_KIND] == K_TOKEN then
               out[o + KHEAD + 3 + RLIM * i] = rec + charged * P[j + P_WIDTH]
               -- A place in line counts in the interval the bucket was

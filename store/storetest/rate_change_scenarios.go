@@ -1,11 +1,13 @@
 package storetest
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store/storekit"
 )
 
 // rateChangeKeepsCounters: a policy that differs from another of its name
@@ -195,5 +197,31 @@ func twoRatesNeverExceedTheLarger(t *testing.T, h Harness) {
 			}
 			t.Logf("%d admitted of 600 over %s; at most %d in one window", len(admitted), time.Duration(at)*time.Microsecond, worst)
 		})
+	}
+}
+
+// placesKeepTheirRing: a log's ring is laid out when its key is first
+// written, by a charge or by a place in line: units a lease placed ahead
+// under one rate, folded in by a charge under a policy of its name with a
+// smaller rate (a reservation, here), all still count under the first.
+func placesKeepTheirRing(t *testing.T, h Harness) {
+	ctx := context.Background()
+	s, clk := h.start(t)
+	slog := ratelimit.WithAlgorithm(ratelimit.SlidingLog)
+	from := ratelimit.MustParsePolicy("3/h", ratelimit.Named("ring"), slog)
+	to := ratelimit.MustParsePolicy("1/h", ratelimit.Named("ring"), slog)
+	clk.Set(t0)
+	d, err := s.(storekit.Leaser).Lease(ctx, ratelimit.Request{Policy: from, Keys: []string{"tenant"}, Cost: 3}, time.Second)
+	if err != nil || d.Granted != 3 {
+		t.Fatalf("step 0: a lease of 3 under %s: %+v, %v", from, d, err)
+	}
+	clk.Set(t0.Add(2 * time.Second)) // the lease's places are released
+	d, err = s.(storekit.Reserver).Reserve(ctx, ratelimit.Request{Policy: to, Keys: []string{"tenant"}, Cost: 1}, 2*time.Hour)
+	if err != nil || !d.Allowed || d.Delay <= 0 {
+		t.Fatalf("step 1: a reservation under %s, after the lease's units: %+v, %v", to, d, err)
+	}
+	clk.Set(t0.Add(3 * time.Second))
+	if d := mustTake(t, s, from, 0, "tenant"); d.Remaining != 0 || d.Allowed {
+		t.Fatalf("step 2: under %s, %d remaining (allowed %v) after the lease's 3 units and a place in line, want 0", from, d.Remaining, d.Allowed)
 	}
 }

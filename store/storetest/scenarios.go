@@ -42,6 +42,7 @@ var scenarios = []scenario{
 	{"SubBucketRefillClaims", subBucketRefillClaims, capabilities{}, false},
 	{"RateChangeKeepsCounters", rateChangeKeepsCounters, capabilities{}, false},
 	{"TwoRatesNeverExceedTheLarger", twoRatesNeverExceedTheLarger, capabilities{}, false},
+	{"PlacesKeepTheirRing", placesKeepTheirRing, capabilities{reserve: true, lease: true}, false},
 }
 
 // Scenarios runs the named scenarios whose operations h's store
@@ -50,7 +51,7 @@ func Scenarios(t *testing.T, h Harness) {
 	var clk clock
 	caps := capsOf(h.store(t, &clk))
 	for _, sc := range scenarios {
-		if sc.needs.reserve && !caps.reserve || sc.needs.upTo && !caps.upTo || sc.needs.refund && !caps.refund || sc.needs.reset && !caps.reset {
+		if sc.needs.reserve && !caps.reserve || sc.needs.upTo && !caps.upTo || sc.needs.refund && !caps.refund || sc.needs.reset && !caps.reset || sc.needs.lease && !caps.lease {
 			t.Logf("%s: not run: the store lacks an operation it needs", sc.name)
 			continue
 		}
