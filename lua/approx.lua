@@ -98,25 +98,27 @@ function APPROX.leanfields(f, m, j)
   return leannames(f, m, j, 3)
 end
 
--- lean: as SLIDING.lean (sliding.lua), with the weighted product in the
+-- bind: as SLIDING.bind (sliding.lua), with the weighted product in the
 -- order aavail computes it.
-function APPROX.lean(v, f, x, j, now, cost, s1, key, wr, o)
+function APPROX.bind(j)
   local cap, w = BAKED[j + P_CAP], BAKED[j + P_WIDTH]
-  local k = (now - now % w) / w
-  local win, used, prev = (v[x] or 0) + 0, 0, 0
-  if win == k then
-    used, prev = (v[x + 1] or 0) + 0, (v[x + 2] or 0) + 0
-  elseif win == k - 1 then
-    prev = (v[x + 1] or 0) + 0
+  return function(v, f, x, now, cost, s1, key, wr, o)
+    local k = (now - now % w) / w
+    local win, used, prev = (v[x] or 0) + 0, 0, 0
+    if win == k then
+      used, prev = (v[x + 1] or 0) + 0, (v[x + 2] or 0) + 0
+    elseif win == k - 1 then
+      prev = (v[x + 1] or 0) + 0
+    end
+    local avail = floor((cap - used) - prev * (w - (now - k * w)) / w)
+    if cost > avail then return nil end
+    local rem, refill = avail - cost, (k + 1) * w - now
+    if prev > 0 and cap - (used + cost) - (rem + 1) >= 0 then
+      local r = k * w + floor(w - (cap - (used + cost) - (rem + 1)) * w / prev) - now - 1
+      if r < 0 then r = 0 end
+      if r < refill then refill = r end
+    end
+    wr[o], wr[o + 1], wr[o + 2], wr[o + 3], wr[o + 4], wr[o + 5] = f[x], fmt('%d', k), f[x + 1], fmt('%d', used + cost), f[x + 2], fmt('%d', prev)
+    return x + 3, o + 6, rem, (k + 2) * w - now, 0, refill
   end
-  local avail = floor((cap - used) - prev * (w - (now - k * w)) / w)
-  if cost > avail then return nil end
-  local rem, refill = avail - cost, (k + 1) * w - now
-  if prev > 0 and cap - (used + cost) - (rem + 1) >= 0 then
-    local r = k * w + floor(w - (cap - (used + cost) - (rem + 1)) * w / prev) - now - 1
-    if r < 0 then r = 0 end
-    if r < refill then refill = r end
-  end
-  wr[o], wr[o + 1], wr[o + 2], wr[o + 3], wr[o + 4], wr[o + 5] = f[x], fmt('%d', k), f[x + 1], fmt('%d', used + cost), f[x + 2], fmt('%d', prev)
-  return x + 3, o + 6, rem, (k + 2) * w - now, 0, refill
 end

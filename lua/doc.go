@@ -6,7 +6,7 @@
 // (the frame of the lean path of the common call), reset.lua, resend.lua
 // (resend IDs), policy.lua (the policy, places in line), one file for each
 // algorithm's own arithmetic and steps (evaluate, report, refill, charge,
-// and but for a Concurrent limit the lean path's leanfields and lean),
+// and but for a Concurrent limit the lean path's leanfields and bind),
 // named as store/memory's files are (log.lua, token.lua, approx.lua,
 // concurrent.lua, sliding.lua, fixed.lua), counters.lua (the steps by
 // kind, places in line, folds and retimes), refund.lua, slots.lua (releasing and

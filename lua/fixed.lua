@@ -42,13 +42,15 @@ function FIXED.leanfields(f, m, j)
   return leannames(f, m, j, 2)
 end
 
--- lean: as SLIDING.lean (sliding.lua).
-function FIXED.lean(v, f, x, j, now, cost, s1, key, wr, o)
+-- bind: as SLIDING.bind (sliding.lua).
+function FIXED.bind(j)
   local cap, w = BAKED[j + P_CAP], BAKED[j + P_WIDTH]
-  local k, used = (now - now % w) / w, 0
-  if (v[x] or 0) + 0 == k then used = (v[x + 1] or 0) + 0 end
-  if cost > cap - used then return nil end
-  local reset = (k + 1) * w - now
-  wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x], fmt('%d', k), f[x + 1], fmt('%d', used + cost)
-  return x + 2, o + 4, cap - used - cost, reset, 0, reset
+  return function(v, f, x, now, cost, s1, key, wr, o)
+    local k, used = (now - now % w) / w, 0
+    if (v[x] or 0) + 0 == k then used = (v[x + 1] or 0) + 0 end
+    if cost > cap - used then return nil end
+    local reset = (k + 1) * w - now
+    wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x], fmt('%d', k), f[x + 1], fmt('%d', used + cost)
+    return x + 2, o + 4, cap - used - cost, reset, 0, reset
+  end
 end

@@ -2,9 +2,9 @@
 
 -- The lean path of the common call ('f', a baked policy): the frame that
 -- reads, decides and writes each key, each limit's own steps being its
--- algorithm's (ALG[kind].leanfields names the fields it reads, .lean
--- decides and charges, in sliding.lua, log.lua, token.lua, fixed.lua and
--- approx.lua). It answers a call that every limit of every key admits, on keys with no running
+-- algorithm's (ALG[kind].leanfields names the fields it reads, .bind
+-- makes the step that decides and charges, in sliding.lua, log.lua,
+-- token.lua, fixed.lua and approx.lua). It answers a call that every limit of every key admits, on keys with no running
 -- penalty, no place in line, no resend and a clock that did not step
 -- back, when each limit's state is at hand (a log charged one unit, its
 -- chunks read whole). It decides and writes as the general path does, in
@@ -29,6 +29,22 @@
 -- calls before this one.
 local MULTI -- a batch ('m' or 'u'; main sets it)
 
+-- LEANS holds the baked policy's lean steps, one a limit, made by its
+-- algorithm's bind once, at the library's first lean call (a limit whose
+-- algorithm has none, a Concurrent one, gets false: its leanfields
+-- decline first); RESETS whether a batch's answer gives the limit's reset
+-- (RUNRESET).
+local LEANS, RESETS
+
+local function bindlean()
+  LEANS, RESETS = {}, {}
+  for i = 1, BAKED[Q_LIMITS] do
+    local j = QHEAD + STRIDE * (i - 1)
+    local alg = ALG[BAKED[j + P_KIND]]
+    LEANS[i], RESETS[i] = alg.bind and alg.bind(j) or false, RUNRESET[BAKED[j + P_KIND]] or false
+  end
+end
+
 -- leannames names the first count fields of the limit at j (BAKED's
 -- positions) into f after m, and returns the new m: the leanfields of an
 -- algorithm whose lean path reads its fields whole (fixed.lua, token.lua,
@@ -43,10 +59,16 @@ end
 -- written) for the general path to answer it.
 local function lean()
   if (OP == 'f' or MULTI) and BAKED then
-    local calls, R, rn, kb, ab, clock, F, top, WR = 1, nil, 0, 0, 1, 0, nil, 0, nil
+    local calls, R, rn, kb, ab, clock, top, WR = 1, nil, 0, 0, 1, 0, 0, nil
     local ank, anow, acost -- a run of calls alike ('u'): their number of keys, now and cost
     if MULTI then calls, R, rn = (#ARGV - 1) / MARGS, {0}, 1 end -- R[1]: the run's clock
-    if OP == 'u' then calls, ank, anow, acost = #ARGV - 4, ARGV[2] + 0, ARGV[3], ARGV[4] + 0 end
+    if OP == 'u' then calls, ank, anow, acost = #ARGV - 4, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0 end
+    if not LEANS then bindlean() end
+    local ttl, nl = BAKED[Q_TTL], BAKED[Q_LIMITS]
+    -- The fields a call reads (f, 1 to m; ib, iq and first below), named
+    -- for the time and cost fnow and fcost, and that time in digits (ts): a
+    -- batch's calls of one time and cost read the same fields.
+    local f, m, ib, iq, first, fnow, fcost, ts
     for call = 1, calls do
       local answered, q = false, rn + 1 -- q: the last place of R this call wrote
       local nk, nowarg, cost, rid
@@ -58,7 +80,7 @@ local function lean()
         nk, nowarg, cost, rid = #KEYS, ARGV[2], ARGV[3] + 0, ARGV[4]
       end
       repeat -- a break falls through to the general path (or, in a batch, answers 0)
-        if cost < 1 or byte(rid, 1) == 33 then break end -- 33: '!', a resend
+        if cost < 1 or #rid > RIDLEN then break end -- a resend: '!', the ID and its horizon
         local now = nowarg + 0
         if now == 0 then
           if clock == 0 then
@@ -67,16 +89,13 @@ local function lean()
           end
           now = clock
         end
-        local ttl, nl, ok = BAKED[Q_TTL], BAKED[Q_LIMITS], true
+        local ok = true
         -- The identity's fields: the last charge, the expiry, the resend IDs and
         -- the refund count; the penalty only under a policy that has one (only
         -- such a policy writes it, and a policy's keys are named after its
-        -- penalty), the places in line only under one that reserves. A batch's
-        -- calls of one time and cost read the same fields: named once (F).
-        local f, m, ib, iq, first
-        if F and F.now == now and F.cost == cost then
-          f, m, ib, iq, first = F.f, F.m, F.ib, F.iq, F.first
-        else
+        -- penalty), the places in line only under one that reserves.
+        if fnow ~= now or fcost ~= cost then
+          fnow = nil -- until the fields are named whole
           f = {F_TIME, F_EXPIRY, F_RESENDS, F_GEN, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
           m, ib, iq = 4, nil, nil
           if BAKED[Q_BLOCK] > 0 then
@@ -97,7 +116,7 @@ local function lean()
             end
           end
           if not ok then break end
-          if MULTI then F = {now = now, cost = cost, f = f, m = m, ib = ib, iq = iq, first = first, ts = fmt('%d', now)} end
+          fnow, fcost, ts = now, cost, fmt('%d', now)
         end
         -- The reply, sized up front for five limits of one key (a table that
         -- grows is copied each time it doubles; the nils end it where its
@@ -112,7 +131,7 @@ local function lean()
           out = {1, now, cost, 0, 0, 1, now, 0, 0, 0, 0, 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
         end
         local W, wr, o, px = nil, nil, 1, false
-        local ts, need = F and F.now == now and F.ts or fmt('%d', now), now + ttl * 1000
+        local need = now + ttl * 1000
         for ki = 1, nk do
           local key = KEYS[kb + ki]
           local v = redis.pcall('HMGET', key, unpack(f, 1, m))
@@ -126,8 +145,9 @@ local function lean()
           -- identity's fields first, where every call finds them soonest: the
           -- write's first slots are kept for them.
           local fresh = not (v[1] or v[2])
-          local at = RHEAD + (ki - 1) * (KHEAD + RLIM * nl) -- the key's part of the reply, from at + 1
+          local at -- the key's part of the reply, from at + 1
           if out then
+            at = RHEAD + (ki - 1) * (KHEAD + RLIM * nl)
             out[at + 1], out[at + 2], out[at + 3] = 1, now, g
           else
             R[q + 1], q = g, q + 1
@@ -143,21 +163,20 @@ local function lean()
             if rid ~= '' then o = 9 end
             if ib then o = o + 2 end
           end
-          for i = 0, nl - 1 do
-            local j = QHEAD + STRIDE * i
-            local kind, rem, reset, mark, refill = BAKED[j + P_KIND], nil, nil, nil, nil
-            x, o, rem, reset, mark, refill = ALG[kind].lean(v, f, x, j, now, cost, s1, key, wr, o)
+          for i = 1, nl do
+            local rem, reset, mark, refill
+            x, o, rem, reset, mark, refill = LEANS[i](v, f, x, now, cost, s1, key, wr, o)
             if not x then
               ok = false
               break
             end
             if out then
-              local p = at + KHEAD + 1 + RLIM * i
+              local p = at + KHEAD + 1 + RLIM * (i - 1)
               out[p], out[p + 1], out[p + 2], out[p + 3], out[p + 4] = rem, reset, 0, mark, refill
             else
               -- Its reset only where the kind does not settle it, never its
               -- mark (store/redis/run_answer.go restores them).
-              if RUNRESET[kind] then
+              if RESETS[i] then
                 R[q + 1], R[q + 2], R[q + 3], q = rem, reset, refill, q + 3
               else
                 R[q + 1], R[q + 2], q = rem, refill, q + 2

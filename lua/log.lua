@@ -225,29 +225,31 @@ local function lleanslot(v, x, cs, pos)
   return 0
 end
 
--- lean: as SLIDING.lean (sliding.lua). The units that stopped counting
+-- bind: as SLIDING.bind (sliding.lua). The units that stopped counting
 -- by now are the oldest: a search for how many; none, and a unit does not
 -- fit. A ring of another size than the capacity (a policy of the same ID
 -- with another rate wrote it) goes to the general path (lrelay).
-function LOG.lean(v, f, x, j, now, cost, s1, key, wr, o)
+function LOG.bind(j)
   local cap, per, cs = BAKED[j + P_CAP], BAKED[j + P_PERIOD], BAKED[j + P_CHUNK]
-  local ptr = (v[x] or 0) + 0
-  if ptr ~= 0 and ptr - ptr % LOGBASE ~= cap * LOGBASE then return nil end
-  ptr = ptr % LOGBASE
-  local lo, hi = 0, cap
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if lleanslot(v, x + 1, cs, (ptr + mid) % cap) + per <= now then lo = mid + 1 else hi = mid end
+  return function(v, f, x, now, cost, s1, key, wr, o)
+    local ptr = (v[x] or 0) + 0
+    if ptr ~= 0 and ptr - ptr % LOGBASE ~= cap * LOGBASE then return nil end
+    ptr = ptr % LOGBASE
+    local lo, hi = 0, cap
+    while lo < hi do
+      local mid = floor((lo + hi) / 2)
+      if lleanslot(v, x + 1, cs, (ptr + mid) % cap) + per <= now then lo = mid + 1 else hi = mid end
+    end
+    local ci = floor(ptr / cs)
+    local str, nsl = v[x + 1 + ci] or '', cs
+    if (ci + 1) * cs > cap then nsl = cap - ci * cs end
+    if lo == 0 or #str % TW ~= 0 or #str > nsl * TW then return nil end
+    local refill = per
+    -- The oldest unit still counting leaves first.
+    if lo < cap then refill = lleanslot(v, x + 1, cs, (ptr + lo) % cap) + per - now end
+    str = str .. string.rep('0', nsl * TW - #str)
+    local at = ptr % cs * TW
+    wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x + 1 + ci], sub(str, 1, at) .. fmt(TFMT, now) .. sub(str, at + TW + 1), f[x], fmt('%d', (ptr + 1) % cap + cap * LOGBASE)
+    return x + 1 + ceil(cap / cs), o + 4, lo - 1, per, 0, refill
   end
-  local ci = floor(ptr / cs)
-  local str, nsl = v[x + 1 + ci] or '', cs
-  if (ci + 1) * cs > cap then nsl = cap - ci * cs end
-  if lo == 0 or #str % TW ~= 0 or #str > nsl * TW then return nil end
-  local refill = per
-  -- The oldest unit still counting leaves first.
-  if lo < cap then refill = lleanslot(v, x + 1, cs, (ptr + lo) % cap) + per - now end
-  str = str .. string.rep('0', nsl * TW - #str)
-  local at = ptr % cs * TW
-  wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x + 1 + ci], sub(str, 1, at) .. fmt(TFMT, now) .. sub(str, at + TW + 1), f[x], fmt('%d', (ptr + 1) % cap + cap * LOGBASE)
-  return x + 1 + ceil(cap / cs), o + 4, lo - 1, per, 0, refill
 end

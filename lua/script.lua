@@ -95,5 +95,5 @@ local OP -- the call's operation, ARGV[1] (main sets it)
 -- (sliding.lua, log.lua, fixed.lua, token.lua, approx.lua, concurrent.lua)
 -- adds its own, those of the general path (store/memory's algorithm.go
 -- says what each does) and, but for a Concurrent limit, those of the lean
--- path (leanfields and lean; see lean.lua).
+-- path (leanfields and bind; see lean.lua).
 local ALG = {}

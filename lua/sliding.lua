@@ -232,81 +232,86 @@ function SLIDING.leanfields(f, m, j, now, cost)
   return m + SLIDING_READS
 end
 
--- lean charges cost at now to the ring whose fields leanfields read into
--- v from x (s1: the key's last charge), appending its writes to wr from
--- o; it returns the next field to read, the next free index of wr and the
--- limit's remaining, reset, mark and refill, or nil when the general path
--- must answer (the call does not fit, or its edge is not at hand).
-function SLIDING.lean(v, f, x, j, now, cost, s1, key, wr, o)
+-- bind returns the lean step of the limit at j, its numbers bound once
+-- (a baked policy's are the library's for its life): it charges cost at
+-- now to the ring whose fields leanfields read into v from x (s1: the
+-- key's last charge), appending its writes to wr from o, and returns the
+-- next field to read, the next free index of wr and the limit's
+-- remaining, reset, mark and refill, or nil when the general path must
+-- answer (the call does not fit, or its edge is not at hand).
+function SLIDING.bind(j)
   local cap, w, per, n, off = BAKED[j + P_CAP], BAKED[j + P_WIDTH], BAKED[j + P_PERIOD], BAKED[j + P_N], BAKED[j + P_HASH]
-  local k = (now - now % w) / w
-  -- The ring's sum less the sub-buckets that left it (h+1..k hold older
-  -- ones' costs), which are cleared as the general path clears them; all
-  -- of them when the whole window lapsed. tot is then what sub-buckets
-  -- k-n..h hold, the edge one's included.
-  local n1, h, tot, cur, used, past = n + 1, (s1 - s1 % w) / w, 0, 0, 0, false
-  local cs = v[x + 1]
-  if cs and cs ~= '0' then cur = sub(cs, 1, find(cs, BSEP, 1, true) - 1) + 0 end
-  if s1 ~= 0 and k - h <= 1 then
-    tot = (v[x] or 0) + 0
-    if k > h then tot, cur = tot - cur, 0 end
-  elseif s1 ~= 0 and k - h < n1 then
-    tot, cur = (v[x] or 0) - cur, 0
-    local gn = {}
-    for q = h + 1, k - 1 do gn[q - h] = NAMES[off + 1 + q % n1] end
-    local gv = redis.call('HMGET', key, unpack(gn))
-    for q = h + 1, k - 1 do
-      local c = gv[q - h]
-      if c and c ~= '0' then
-        tot = tot - sub(c, 1, find(c, BSEP, 1, true) - 1)
-        wr[o], wr[o + 1], o = gn[q - h], '0', o + 2
+  local n1 = n + 1
+  return function(v, f, x, now, cost, s1, key, wr, o)
+    local k = (now - now % w) / w
+    -- The ring's sum less the sub-buckets that left it (h+1..k hold older
+    -- ones' costs), which are cleared as the general path clears them; all
+    -- of them when the whole window lapsed. tot is then what sub-buckets
+    -- k-n..h hold, the edge one's included.
+    local h, tot, cur, used, past = (s1 - s1 % w) / w, 0, 0, 0, false
+    local cs = v[x + 1]
+    if cs and cs ~= '0' then cur = sub(cs, 1, find(cs, BSEP, 1, true) - 1) + 0 end
+    if s1 ~= 0 and k - h <= 1 then
+      tot = (v[x] or 0) + 0
+      if k > h then tot, cur = tot - cur, 0 end
+    elseif s1 ~= 0 and k - h < n1 then
+      tot, cur = (v[x] or 0) - cur, 0
+      local gn = {}
+      for q = h + 1, k - 1 do gn[q - h] = NAMES[off + 1 + q % n1] end
+      local gv = redis.call('HMGET', key, unpack(gn))
+      for q = h + 1, k - 1 do
+        local c = gv[q - h]
+        if c and c ~= '0' then
+          tot = tot - sub(c, 1, find(c, BSEP, 1, true) - 1)
+          wr[o], wr[o + 1], o = gn[q - h], '0', o + 2
+        end
+      end
+    elseif s1 ~= 0 then
+      local e = v[x + 2]
+      for q = k - n, k - 1 do
+        if q > k - n or e and e ~= '0' then wr[o], wr[o + 1], o = NAMES[off + 1 + q % n1], '0', o + 2 end
+      end
+      cur = 0
+    else
+      cur = 0
+    end
+    local refill = per
+    if s1 == 0 or k - h < n1 then
+      used = tot
+      local edge, counts = v[x + 2], false
+      if edge and edge ~= '0' then
+        local p = find(edge, BSEP, 1, true)
+        local elat = sub(edge, p + 1) + 0
+        edge = sub(edge, 1, p - 1) + 0
+        if elat <= now - k * w then
+          used = used - edge
+        elseif s1 ~= 0 then
+          -- The edge sub-bucket still counts, and leaves first.
+          refill, counts = k * w + elat - now, true
+        end
+      end
+      -- Else the oldest sub-bucket still counting is the first after the
+      -- edge one, up to the last charge's, that holds cost: the next one,
+      -- read with the edge one, when it holds cost (and was charged in this
+      -- round of the ring); the current one when it holds all that counts (a
+      -- young key), its latest admission being the last charge's. Past
+      -- those, with quota left, the claim stops where the one after the edge
+      -- and the next could leave at the earliest; with none left it is
+      -- exact, which the general path finds (counters.lua's refill).
+      local nc = v[x + 3]
+      if s1 ~= 0 and not counts and used > 0 and h >= k - n + 1 and nc and nc ~= '0' then
+        -- The one after the edge holds cost (a busy key): it leaves first.
+        refill = (k + 1) * w + sub(nc, find(nc, BSEP, 1, true) + 1) - now
+      elseif s1 ~= 0 and not counts and used > 0 and h == k and used == cur then
+        refill = s1 + per - now
+      elseif s1 ~= 0 and not counts and used > 0 then
+        refill = (k + 2) * w - now
+        if refill > per then refill = per end
+        past = true
       end
     end
-  elseif s1 ~= 0 then
-    local e = v[x + 2]
-    for q = k - n, k - 1 do
-      if q > k - n or e and e ~= '0' then wr[o], wr[o + 1], o = NAMES[off + 1 + q % n1], '0', o + 2 end
-    end
-    cur = 0
-  else
-    cur = 0
+    if used + cost > cap or past and used + cost == cap then return nil end
+    wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x], fmt('%d', tot + cost), f[x + 1], fmt(BFMT, cur + cost, now - k * w)
+    return x + SLIDING_READS, o + 4, cap - used - cost, per, 0, refill
   end
-  local refill = per
-  if s1 == 0 or k - h < n1 then
-    used = tot
-    local edge, counts = v[x + 2], false
-    if edge and edge ~= '0' then
-      local p = find(edge, BSEP, 1, true)
-      local elat = sub(edge, p + 1) + 0
-      edge = sub(edge, 1, p - 1) + 0
-      if elat <= now - k * w then
-        used = used - edge
-      elseif s1 ~= 0 then
-        -- The edge sub-bucket still counts, and leaves first.
-        refill, counts = k * w + elat - now, true
-      end
-    end
-    -- Else the oldest sub-bucket still counting is the first after the
-    -- edge one, up to the last charge's, that holds cost: the next one,
-    -- read with the edge one, when it holds cost (and was charged in this
-    -- round of the ring); the current one when it holds all that counts (a
-    -- young key), its latest admission being the last charge's. Past
-    -- those, with quota left, the claim stops where the one after the edge
-    -- and the next could leave at the earliest; with none left it is
-    -- exact, which the general path finds (counters.lua's refill).
-    local nc = v[x + 3]
-    if s1 ~= 0 and not counts and used > 0 and h >= k - n + 1 and nc and nc ~= '0' then
-      -- The one after the edge holds cost (a busy key): it leaves first.
-      refill = (k + 1) * w + sub(nc, find(nc, BSEP, 1, true) + 1) - now
-    elseif s1 ~= 0 and not counts and used > 0 and h == k and used == cur then
-      refill = s1 + per - now
-    elseif s1 ~= 0 and not counts and used > 0 then
-      refill = (k + 2) * w - now
-      if refill > per then refill = per end
-      past = true
-    end
-  end
-  if used + cost > cap or past and used + cost == cap then return nil end
-  wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x], fmt('%d', tot + cost), f[x + 1], fmt(BFMT, cur + cost, now - k * w)
-  return x + SLIDING_READS, o + 4, cap - used - cost, per, 0, refill
 end

@@ -133,20 +133,22 @@ function TOKEN.leanfields(f, m, j)
   return leannames(f, m, j, 2)
 end
 
--- lean: as SLIDING.lean (sliding.lua). A TAT written in another interval
+-- bind: as SLIDING.bind (sliding.lua). A TAT written in another interval
 -- (by a policy of the same ID with another rate) goes to the general path
 -- (retime).
-function TOKEN.lean(v, f, x, j, now, cost, s1, key, wr, o)
+function TOKEN.bind(j)
   local cap, w = BAKED[j + P_CAP], BAKED[j + P_WIDTH]
-  local iv = v[x + 1]
-  if iv and iv + 0 ~= w then return nil end
-  local tat = (v[x] or 0) + 0
-  if tat < now then tat = now end
-  if (tat - now) + cost * w > cap * w then return nil end
-  tat = tat + cost * w
-  local left, rem = cap * w - (tat - now), 0
-  if left > 0 then rem = floor(left / w) end
-  wr[o], wr[o + 1], o = f[x], fmt('%d', tat), o + 2
-  if not iv then wr[o], wr[o + 1], o = f[x + 1], fmt('%d', w), o + 2 end
-  return x + 2, o, rem, tat - now, tat, (rem + 1) * w - left
+  return function(v, f, x, now, cost, s1, key, wr, o)
+    local iv = v[x + 1]
+    if iv and iv + 0 ~= w then return nil end
+    local tat = (v[x] or 0) + 0
+    if tat < now then tat = now end
+    if (tat - now) + cost * w > cap * w then return nil end
+    tat = tat + cost * w
+    local left, rem = cap * w - (tat - now), 0
+    if left > 0 then rem = floor(left / w) end
+    wr[o], wr[o + 1], o = f[x], fmt('%d', tat), o + 2
+    if not iv then wr[o], wr[o + 1], o = f[x + 1], fmt('%d', w), o + 2 end
+    return x + 2, o, rem, tat - now, tat, (rem + 1) * w - left
+  end
 end
