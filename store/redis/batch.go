@@ -22,10 +22,11 @@ const DefaultNodeBatching = 2
 // finds fewer than inFlight calls on the wire is sent at once, on its own
 // goroutine, exactly as without batching: an idle or lightly loaded store
 // pays nothing for it. A call that finds inFlight calls on the wire queues,
-// and the next pipeline sent carries every call queued so far (at most
-// 256), a policy's plain Takes in it as one script run (multi.go): under
-// high concurrency this cuts system calls and Redis CPU per request and
-// raises throughput (see the README's benchmarks). A call the run cannot
+// and the next batch sent carries every call queued so far (at most 256),
+// a policy's plain Takes in it as script runs of up to 32 calls (multi.go),
+// each run on a pipeline of its own: under high concurrency this cuts
+// system calls and Redis CPU per request and raises throughput (see the
+// README's benchmarks). A call the run cannot
 // answer, such as a denial, goes again alone right after. Every Take still
 // returns by its own context's deadline.
 //
@@ -139,8 +140,9 @@ func (b *batcher) drain(batch []*pending) {
 	}
 }
 
-// send runs one batch in one pipeline, bounded by the latest deadline of
-// its callers (those that gave up earlier no longer wait for it).
+// send runs one batch, each run on a pipeline of its own (split), bounded
+// by the latest deadline of its callers (those that gave up earlier no
+// longer wait for it).
 func (b *batcher) send(batch []*pending) {
 	live := batch[:0:0]
 	for _, p := range batch {
@@ -183,6 +185,46 @@ func (b *batcher) send(batch []*pending) {
 	}
 	wires := merge(live, b.skip, !b.single)
 	b.mu.Unlock()
+	parts := split(wires)
+	var wg sync.WaitGroup
+	for _, part := range parts[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.finish(ctx, part)
+		}()
+	}
+	b.finish(ctx, parts[0])
+	wg.Wait()
+}
+
+// split groups a batch's commands into the pipelines that carry them: each
+// run on a pipeline of its own, the calls alone together on one. Redis
+// answers a pipeline once it has run all of it; with each run apart, the
+// callers of the first run are answered, and go on to their next request,
+// while Redis decides the next run. Under load nearly every caller ends up
+// in one batch (the queue fills while a batch is on the wire), and one
+// pipeline then kept Redis and its callers taking turns, each idle while
+// the other worked (docs/internals.md, "Batching").
+func split(wires []*wire) [][]*wire {
+	var parts [][]*wire
+	var single []*wire
+	for _, w := range wires {
+		if w.run {
+			parts = append(parts, []*wire{w})
+		} else {
+			single = append(single, w)
+		}
+	}
+	if single != nil {
+		parts = append(parts, single)
+	}
+	return parts
+}
+
+// finish sends wires in one pipeline and answers their calls; a call a run
+// could not answer goes again alone.
+func (b *batcher) finish(ctx context.Context, wires []*wire) {
 	cmds := pipeline(ctx, b.client, len(wires), func(i int) (*script, []string, []any) {
 		return wires[i].script, wires[i].keys, wires[i].args
 	})

@@ -21,14 +21,19 @@ import (
 )
 
 // roundHook records, per round a batch sends (its pipeline, or one
-// command), the resend IDs of the common calls it carried alone ('f').
+// command), the resend IDs of the script calls it carried, in the order
+// Redis decides them. It sends one round at a time: a batch's pipelines go
+// out together (batch.go's split), and Redis's order among them is then
+// the order the hook saw.
 type roundHook struct {
+	serial sync.Mutex // held while a round is on the wire
 	mu     sync.Mutex
 	rounds [][]string
 	runs   int // runs of several calls ('m' or 'u') sent
 	alike  int // of those, runs of calls alike ('u')
-	// leanAgain counts common calls sent again after the first round as
-	// opFast: a run declined them, so they go as opDeclined.
+	// leanAgain counts common calls ('f') sent in a later round than one
+	// that carried them: a run that declines a call sends it again as
+	// opDeclined.
 	leanAgain int
 }
 
@@ -36,14 +41,20 @@ func (h *roundHook) DialHook(next goredis.DialHook) goredis.DialHook { return ne
 
 func (h *roundHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.record([]goredis.Cmder{cmd})
+		if !h.record([]goredis.Cmder{cmd}) {
+			return next(ctx, cmd)
+		}
+		defer h.serial.Unlock()
 		return next(ctx, cmd)
 	}
 }
 
 func (h *roundHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		h.record(cmds)
+		if !h.record(cmds) {
+			return next(ctx, cmds)
+		}
+		defer h.serial.Unlock()
 		return next(ctx, cmds)
 	}
 }
@@ -54,34 +65,89 @@ func (h *roundHook) runCount() int {
 	return h.runs
 }
 
-func (h *roundHook) record(cmds []goredis.Cmder) {
+// callIDs returns the resend IDs a script call carries, in the order its
+// script decides them; ok is false for a command that is not a script call
+// (a connection's setup, SCRIPT LOAD).
+func callIDs(c goredis.Cmder) (ids []string, op any, ok bool) {
+	a := c.Args()
+	if len(a) < 3 || (c.Name() != "fcall" && c.Name() != "evalsha" && c.Name() != "eval") {
+		return nil, nil, false
+	}
+	nk, _ := a[2].(int)
+	if len(a) <= 3+nk {
+		return nil, nil, true
+	}
+	argv := a[3+nk:]
+	switch op := argv[0]; op {
+	case opFast, opDeclined:
+		return []string{fmt.Sprint(argv[3])}, op, true
+	case opTake:
+		return []string{fmt.Sprint(argv[5])}, op, true
+	case opAlike:
+		for _, id := range argv[4:] {
+			ids = append(ids, fmt.Sprint(id))
+		}
+		return ids, op, true
+	case opMulti:
+		for i := 1 + multiArgs - 1; i < len(argv); i += multiArgs {
+			ids = append(ids, fmt.Sprint(argv[i]))
+		}
+		return ids, op, true
+	default:
+		return nil, op, true
+	}
+}
+
+// record notes a round of script calls and, when it is one, locks serial
+// for the caller to unlock once the round is answered.
+func (h *roundHook) record(cmds []goredis.Cmder) bool {
 	var ids []string
 	for _, c := range cmds {
-		a := c.Args()
-		if len(a) < 3 || (c.Name() != "fcall" && c.Name() != "evalsha" && c.Name() != "eval") {
-			return // not a script call: a connection's setup or SCRIPT LOAD
+		cids, op, ok := callIDs(c)
+		if !ok {
+			return false
 		}
-		nk, _ := a[2].(int)
-		if len(a) > 3+nk+3 && (a[3+nk] == opFast || a[3+nk] == opDeclined) {
-			ids = append(ids, fmt.Sprint(a[3+nk+3]))
-			h.mu.Lock()
-			if a[3+nk] == opFast && len(h.rounds) > 0 && c.Name() != "eval" { // (EVAL: the same command again, the script not found)
-				h.leanAgain++
+		h.mu.Lock()
+		if op == opFast && c.Name() != "eval" { // (EVAL: the same command again, the script not found)
+			for _, r := range h.rounds {
+				if slices.Contains(r, cids[0]) {
+					h.leanAgain++
+				}
 			}
-			h.mu.Unlock()
 		}
-		if len(a) > 3+nk && (a[3+nk] == opMulti || a[3+nk] == opAlike) {
-			h.mu.Lock()
+		if op == opMulti || op == opAlike {
 			h.runs++
-			if a[3+nk] == opAlike {
+			if op == opAlike {
 				h.alike++
 			}
-			h.mu.Unlock()
 		}
+		h.mu.Unlock()
+		ids = append(ids, cids...)
 	}
+	h.serial.Lock()
 	h.mu.Lock()
 	h.rounds = append(h.rounds, ids)
 	h.mu.Unlock()
+	return true
+}
+
+// decidedOrder returns the resend IDs of the rounds since the last reset,
+// each where it was decided: its last time on the wire (a call a run
+// declined goes again alone, after it).
+func (h *roundHook) decidedOrder() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var all []string
+	for _, r := range h.rounds {
+		all = append(all, r...)
+	}
+	var order []string
+	for i, id := range all {
+		if !slices.Contains(all[i+1:], id) {
+			order = append(order, id)
+		}
+	}
+	return order
 }
 
 // batchCall is one call of a random batch, and what it got.
@@ -112,7 +178,8 @@ func (c *batchCall) run(ctx context.Context, s *Store) (ratelimit.Decision, erro
 // or two identities a call, costs up to above the rate, and calls that are
 // not common (up to, reserving, with a request ID) among them: the store
 // that batches must answer every call, and leave every key, as a store
-// that sends each call alone in that order. Both layouts of a run must
+// that sends each call alone in the order Redis decided them (a batch's
+// runs go on pipelines of their own, together: split). Both layouts of a run must
 // occur: calls that differ ('m') and calls alike ('u').
 func TestBatchRunDecidesAsAlone(t *testing.T) {
 	policies := []*ratelimit.Policy{
@@ -124,7 +191,7 @@ func TestBatchRunDecidesAsAlone(t *testing.T) {
 		ratelimit.MustParsePolicy("4/m", ratelimit.Named("blocks"), ratelimit.BlockFor(20*time.Second)),
 	}
 	const seeds, steps = 12, 50
-	var runs, alike int // over every seed
+	var runs, alike, apart int // over every seed; apart: batches sent as several pipelines
 	for seed := range seeds {
 		t.Run(strconv.Itoa(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(seed), 7))
@@ -171,33 +238,18 @@ func TestBatchRunDecidesAsAlone(t *testing.T) {
 				h.rounds, h.leanAgain = nil, 0
 				h.mu.Unlock()
 				a.batch.mu.Lock()
-				wires := merge(batch, maps.Clone(a.batch.skip), true) // as send will lay them out
+				if len(split(merge(batch, maps.Clone(a.batch.skip), true))) > 1 { // as send will lay them out
+					apart++
+				}
 				a.batch.mu.Unlock()
 				a.batch.send(batch)
 				for _, bc := range calls {
 					<-bc.done
 				}
-				// The order the batch decided in: its wires' calls, then those
-				// sent again alone.
-				h.mu.Lock()
-				var later []string
-				for _, r := range h.rounds[min(1, len(h.rounds)):] {
-					later = append(later, r...)
-				}
-				h.mu.Unlock()
-				byPending := map[*pending]*batchCall{}
-				for i, p := range batch {
-					byPending[p] = calls[i]
-				}
+				// The order the batch decided in: the rounds' calls, each
+				// where it was last sent.
 				var order []*batchCall
-				for _, w := range wires {
-					for _, p := range w.calls {
-						if bc := byPending[p]; !slices.Contains(later, bc.rid) {
-							order = append(order, bc)
-						}
-					}
-				}
-				for _, id := range later {
+				for _, id := range h.decidedOrder() {
 					for _, bc := range calls {
 						if bc.rid == id {
 							order = append(order, bc)
@@ -228,6 +280,9 @@ func TestBatchRunDecidesAsAlone(t *testing.T) {
 	}
 	if alike == 0 || alike == runs {
 		t.Fatalf("%d runs, %d of them of calls alike: the test must send both layouts", runs, alike)
+	}
+	if apart == 0 {
+		t.Fatal("no batch went as several pipelines: the test must decide runs sent apart")
 	}
 }
 
