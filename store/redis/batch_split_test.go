@@ -44,13 +44,13 @@ func TestSplitRunsApart(t *testing.T) {
 	}
 }
 
-// holdHook holds every pipeline that carries a run of at most small calls
-// until release closes.
+// holdHook lets the first pipeline that carries a run go, and holds every
+// later one until release closes.
 type holdHook struct {
-	small   int
 	release chan struct{}
-	held    chan struct{} // closed when the first such pipeline is held
-	once    sync.Once
+	held    chan struct{} // closed when a pipeline is first held
+	mu      sync.Mutex
+	runs    int // pipelines with a run seen
 }
 
 func (h *holdHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -60,9 +60,17 @@ func (h *holdHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { r
 func (h *holdHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		for _, c := range cmds {
-			if ids, op, _ := callIDs(c); (op == opAlike || op == opMulti) && len(ids) <= h.small {
-				h.once.Do(func() { close(h.held) })
-				<-h.release
+			if _, op, _ := callIDs(c); op == opAlike || op == opMulti {
+				h.mu.Lock()
+				h.runs++
+				later := h.runs > 1
+				if h.runs == 2 {
+					close(h.held)
+				}
+				h.mu.Unlock()
+				if later {
+					<-h.release
+				}
 				break
 			}
 		}
@@ -73,14 +81,15 @@ func (h *holdHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis
 // TestBatchAnswersEachRunApart: a batch of more calls than a run holds
 // goes as runs on pipelines of their own, so the callers of the first run
 // have their answers while the second run is still on the wire (here, held
-// there until they do). One pipeline for both would hold them all: the
+// there until they do). The runs are of even size (runSize). One pipeline for both would hold them all: the
 // test would then fail at its deadline.
 func TestBatchAnswersEachRunApart(t *testing.T) {
 	_, client, s := miniStore(t, WithBatching(1))
 	p := ratelimit.MustParsePolicy("100/h", ratelimit.Named("apart"))
 	mustTake(t, s, p, 0, "warm") // loads the script before the hook holds anything
 	const calls = maxMulti + 8
-	h := &holdHook{small: calls - maxMulti, release: make(chan struct{}), held: make(chan struct{})}
+	h := &holdHook{release: make(chan struct{}), held: make(chan struct{})}
+	first := runSize(calls) // the first run's calls, in the order they queued
 	client.AddHook(h)
 
 	answered := make([]chan ratelimit.Decision, calls)
@@ -104,9 +113,9 @@ func TestBatchAnswersEachRunApart(t *testing.T) {
 	case <-h.held:
 	case <-deadline:
 		close(h.release)
-		t.Fatal("the second run was never sent")
+		t.Fatal("no second pipeline carried a run: the batch's runs went on one")
 	}
-	for i := range maxMulti {
+	for i := range first {
 		select {
 		case d := <-answered[i]:
 			if !d.Allowed {
@@ -119,9 +128,24 @@ func TestBatchAnswersEachRunApart(t *testing.T) {
 	}
 	close(h.release)
 	<-sent
-	for i := maxMulti; i < calls; i++ {
+	for i := first; i < calls; i++ {
 		if d := <-answered[i]; !d.Allowed {
 			t.Errorf("step %d: call of the second run denied: %+v", i, d)
+		}
+	}
+}
+
+// TestRunSizeEven pins how a script's calls of one batch are cut into
+// runs: as few as maxMulti allows, of even size.
+func TestRunSizeEven(t *testing.T) {
+	cases := []struct{ calls, size int }{
+		{1, 1}, {2, 2}, {maxMulti, maxMulti}, {maxMulti + 1, maxMulti/2 + 1},
+		{maxMulti + 8, maxMulti/2 + 4}, {2 * maxMulti, maxMulti}, {2*maxMulti + 1, (2*maxMulti + 3) / 3}, {maxBatch, maxMulti},
+	}
+	for step, c := range cases {
+		size := runSize(c.calls)
+		if size != c.size || size > maxMulti {
+			t.Errorf("step %d: %d calls go in runs of %d, want %d (at most %d)", step, c.calls, size, c.size, maxMulti)
 		}
 	}
 }

@@ -25,6 +25,16 @@ const multiArgs = 4
 // about 0.2 ms, no longer than a pipeline of 32 calls keeps one busy.
 const maxMulti = 32
 
+// runSize is how many calls each run holds when n calls of one script go
+// as runs: as few runs as maxMulti allows, of even size (40 calls: two
+// runs of 20, not 32 and 8). Each run goes on a pipeline of its own
+// (batch.go's split), and its callers are answered while Redis decides the
+// next: runs of even size keep Redis and the callers equally busy.
+func runSize(n int) int {
+	runs := (n + maxMulti - 1) / maxMulti
+	return (n + runs - 1) / runs
+}
+
 // runBackoff is how many of its next batches a policy's calls go unmerged
 // after a run most of whose calls went again alone (a flood of denials):
 // there a run costs them a second round trip, and Redis the lean path's
@@ -47,8 +57,8 @@ func mergeable(args []any) bool {
 	return len(args) == 4 && args[0] == opFast
 }
 
-// merge lays out live as the commands of one pipeline: the mergeable calls
-// of each script together (up to maxMulti a run), in the order of their
+// merge lays out live as the commands of one batch: the mergeable calls
+// of each script together (in runs of runSize), in the order of their
 // first, and every other call alone. A script with batches left in skip
 // (see runBackoff) has its calls sent alone, and one batch fewer left.
 // Without runs (a Cluster master's batch: a run's keys would span slots),
@@ -57,6 +67,15 @@ func merge(live []*pending, skip map[*script]int, runs bool) []*wire {
 	wires := make([]*wire, 0, len(live))
 	open := map[*script]*wire{}
 	skipped := map[*script]bool{}
+	size := map[*script]int{} // calls a run of the script holds
+	for _, p := range live {
+		if mergeable(p.args) {
+			size[p.script]++
+		}
+	}
+	for sc, n := range size {
+		size[sc] = runSize(n)
+	}
 	for _, p := range live {
 		if skip[p.script] > 0 {
 			skipped[p.script] = true
@@ -66,7 +85,7 @@ func merge(live []*pending, skip map[*script]int, runs bool) []*wire {
 			continue
 		}
 		w := open[p.script]
-		if w == nil || len(w.calls) == maxMulti {
+		if w == nil || len(w.calls) == size[p.script] {
 			w = &wire{script: p.script}
 			open[p.script] = w
 			wires = append(wires, w)
