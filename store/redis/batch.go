@@ -24,9 +24,11 @@ const DefaultNodeBatching = 2
 // pays nothing for it. A call that finds inFlight calls on the wire queues,
 // and the next batch sent carries every call queued so far (at most 256),
 // a policy's plain Takes in it as script runs of up to 32 calls (multi.go),
-// each run on a pipeline of its own: under high concurrency this cuts
-// system calls and Redis CPU per request and raises throughput (see the
-// README's benchmarks). A call the run cannot
+// on two pipelines at most (its first run, and the rest), so that the
+// first run's callers are answered while Redis decides the rest: under
+// high concurrency this cuts system calls and Redis CPU per request and
+// raises throughput (see the README's benchmarks). A store uses at most
+// 2 × inFlight connections of its client's pool for batches. A call the run cannot
 // answer, such as a denial, goes again alone right after. Every Take still
 // returns by its own context's deadline.
 //
@@ -52,14 +54,15 @@ func WithBatching(inFlight int) Option {
 
 const maxBatch = 256
 
-// batcher lets at most max calls or pipelines be on the wire at once; the
-// calls that find them all busy queue and go out together.
+// batcher lets at most max calls or batches be on the wire at once (a
+// batch on up to two pipelines: split); the calls that find them all busy
+// queue and go out together.
 type batcher struct {
 	client goredis.UniversalClient
 	max    int
 	mu     sync.Mutex
 	queue  []*pending
-	busy   int             // calls and pipelines on the wire, or about to be
+	busy   int             // calls and batches on the wire, or about to be
 	skip   map[*script]int // batches a policy's calls go unmerged (multi.go)
 	single bool            // every call its own command: a Cluster master's batcher (nodebatch.go)
 }
@@ -76,7 +79,7 @@ type pending struct {
 }
 
 // do runs one call: at once on the caller's goroutine when fewer than max
-// are on the wire, else queued for the next pipeline. It returns the
+// are on the wire, else queued for the next batch. It returns the
 // answer, or ctx's error once ctx ends.
 func (b *batcher) do(ctx context.Context, s *script, keys []string, args []any) ([]int64, error) {
 	b.mu.Lock()
@@ -140,9 +143,9 @@ func (b *batcher) drain(batch []*pending) {
 	}
 }
 
-// send runs one batch, each run on a pipeline of its own (split), bounded
-// by the latest deadline of its callers (those that gave up earlier no
-// longer wait for it).
+// send runs one batch, on up to two pipelines at once (split), bounded by
+// the latest deadline of its callers (those that gave up earlier no longer
+// wait for it).
 func (b *batcher) send(batch []*pending) {
 	live := batch[:0:0]
 	for _, p := range batch {
@@ -185,41 +188,40 @@ func (b *batcher) send(batch []*pending) {
 	}
 	wires := merge(live, b.skip, !b.single)
 	b.mu.Unlock()
-	parts := split(wires)
+	first, rest := split(wires)
 	var wg sync.WaitGroup
-	for _, part := range parts[1:] {
+	if rest != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b.finish(ctx, part)
+			b.finish(ctx, rest)
 		}()
 	}
-	b.finish(ctx, parts[0])
+	b.finish(ctx, first)
 	wg.Wait()
 }
 
-// split groups a batch's commands into the pipelines that carry them: each
-// run on a pipeline of its own, the calls alone together on one. Redis
-// answers a pipeline once it has run all of it; with each run apart, the
-// callers of the first run are answered, and go on to their next request,
-// while Redis decides the next run. Under load nearly every caller ends up
-// in one batch (the queue fills while a batch is on the wire), and one
-// pipeline then kept Redis and its callers taking turns, each idle while
-// the other worked (docs/internals.md, "Batching").
-func split(wires []*wire) [][]*wire {
-	var parts [][]*wire
-	var single []*wire
-	for _, w := range wires {
+// split parts a batch's commands between two pipelines: its first run
+// alone, and the rest (nil when there is nothing else). Redis answers a
+// pipeline once it has run all of it; with the first run apart, its callers
+// are answered, and go on to their next requests, while Redis decides the
+// rest. Under load nearly every caller ends up in one batch (the queue
+// fills while a batch is on the wire), and one pipeline then kept Redis
+// and its callers taking turns, each idle while the other worked
+// (docs/internals.md, "Batching"). Two pipelines are enough for that, and
+// keep a batch to two of the pool's connections. A batch with no run (a
+// Cluster master's) stays one pipeline.
+func split(wires []*wire) (first, rest []*wire) {
+	for i, w := range wires {
 		if w.run {
-			parts = append(parts, []*wire{w})
-		} else {
-			single = append(single, w)
+			if len(wires) == 1 {
+				return wires, nil
+			}
+			rest = append(append(rest, wires[:i]...), wires[i+1:]...)
+			return []*wire{w}, rest
 		}
 	}
-	if single != nil {
-		parts = append(parts, single)
-	}
-	return parts
+	return wires, nil
 }
 
 // finish sends wires in one pipeline and answers their calls; a call a run

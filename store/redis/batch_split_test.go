@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,44 +14,45 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 )
 
-// TestSplitRunsApart pins how a batch's commands share pipelines: each run
-// on one of its own, the calls alone together on one (a Cluster master's
-// batch, which has no runs, stays one pipeline), in the order of the runs.
+// TestSplitRunsApart pins how a batch's commands share pipelines: its
+// first run on one of its own, everything else on another; a batch with
+// no run (a Cluster master's) or of one command stays one pipeline.
 func TestSplitRunsApart(t *testing.T) {
 	run := func(name string) *wire { return &wire{args: []any{name}, run: true} }
 	single := func(name string) *wire { return &wire{args: []any{name}} }
 	cases := []struct {
-		wires []*wire
-		want  [][]string
+		wires       []*wire
+		first, rest []string
 	}{
-		{[]*wire{run("r1")}, [][]string{{"r1"}}},
-		{[]*wire{single("s1")}, [][]string{{"s1"}}},
-		{[]*wire{single("s1"), single("s2"), single("s3")}, [][]string{{"s1", "s2", "s3"}}},
-		{[]*wire{run("r1"), single("s1"), run("r2"), single("s2")}, [][]string{{"r1"}, {"r2"}, {"s1", "s2"}}},
-		{[]*wire{run("r1"), run("r2"), run("r3")}, [][]string{{"r1"}, {"r2"}, {"r3"}}},
+		{[]*wire{run("r1")}, []string{"r1"}, nil},
+		{[]*wire{single("s1")}, []string{"s1"}, nil},
+		{[]*wire{single("s1"), single("s2"), single("s3")}, []string{"s1", "s2", "s3"}, nil},
+		{[]*wire{run("r1"), run("r2")}, []string{"r1"}, []string{"r2"}},
+		{[]*wire{single("s1"), run("r1"), single("s2"), run("r2")}, []string{"r1"}, []string{"s1", "s2", "r2"}},
+		{[]*wire{run("r1"), run("r2"), run("r3"), single("s1")}, []string{"r1"}, []string{"r2", "r3", "s1"}},
+	}
+	names := func(ws []*wire) []string {
+		var out []string
+		for _, w := range ws {
+			out = append(out, w.args[0].(string))
+		}
+		return out
 	}
 	for step, c := range cases {
-		var got [][]string
-		for _, part := range split(c.wires) {
-			var names []string
-			for _, w := range part {
-				names = append(names, w.args[0].(string))
-			}
-			got = append(got, names)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(c.want) {
-			t.Errorf("step %d: pipelines %v, want %v", step, got, c.want)
+		first, rest := split(c.wires)
+		if fmt.Sprint(names(first)) != fmt.Sprint(c.first) || fmt.Sprint(names(rest)) != fmt.Sprint(c.rest) || (rest == nil) != (c.rest == nil) {
+			t.Errorf("step %d: pipelines %v and %v, want %v and %v", step, names(first), names(rest), c.first, c.rest)
 		}
 	}
 }
 
-// holdHook lets the first pipeline that carries a run go, and holds every
-// later one until release closes.
+// holdHook holds every pipeline that carries a run without the key held
+// (a run's keys are its calls'), until release closes.
 type holdHook struct {
+	key     string
 	release chan struct{}
 	held    chan struct{} // closed when a pipeline is first held
-	mu      sync.Mutex
-	runs    int // pipelines with a run seen
+	once    sync.Once
 }
 
 func (h *holdHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -60,17 +62,9 @@ func (h *holdHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { r
 func (h *holdHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		for _, c := range cmds {
-			if _, op, _ := callIDs(c); op == opAlike || op == opMulti {
-				h.mu.Lock()
-				h.runs++
-				later := h.runs > 1
-				if h.runs == 2 {
-					close(h.held)
-				}
-				h.mu.Unlock()
-				if later {
-					<-h.release
-				}
+			if _, op, _ := callIDs(c); (op == opAlike || op == opMulti) && !slices.Contains(c.Args(), any(h.key)) {
+				h.once.Do(func() { close(h.held) })
+				<-h.release
 				break
 			}
 		}
@@ -79,27 +73,28 @@ func (h *holdHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis
 }
 
 // TestBatchAnswersEachRunApart: a batch of more calls than a run holds
-// goes as runs on pipelines of their own, so the callers of the first run
-// have their answers while the second run is still on the wire (here, held
-// there until they do). The runs are of even size (runSize). One pipeline for both would hold them all: the
-// test would then fail at its deadline.
+// goes as runs of even size (runSize), its first run on a pipeline of its
+// own, so the callers of the first run have their answers while the
+// second run is held on its way (here, until they do). One pipeline for
+// both would hold them all.
 func TestBatchAnswersEachRunApart(t *testing.T) {
 	_, client, s := miniStore(t, WithBatching(1))
 	p := ratelimit.MustParsePolicy("100/h", ratelimit.Named("apart"))
 	mustTake(t, s, p, 0, "warm") // loads the script before the hook holds anything
 	const calls = maxMulti + 8
-	h := &holdHook{release: make(chan struct{}), held: make(chan struct{})}
 	first := runSize(calls) // the first run's calls, in the order they queued
+	h := &holdHook{key: redisKey(s.prefix, p.ID(), "ip:0"), release: make(chan struct{}), held: make(chan struct{})}
 	client.AddHook(h)
 
 	answered := make([]chan ratelimit.Decision, calls)
 	for i := range answered {
 		answered[i] = make(chan ratelimit.Decision, 1)
 	}
+	errs := make(chan error, calls)
 	batch := enqueue(t, s, calls, func(i int) {
 		d, err := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: []string{"ip:" + strconv.Itoa(i)}, Cost: 1})
 		if err != nil {
-			t.Error(err)
+			errs <- err
 		}
 		answered[i] <- d
 	})
@@ -108,29 +103,39 @@ func TestBatchAnswersEachRunApart(t *testing.T) {
 		s.batch.send(batch)
 		close(sent)
 	}()
+	got := make([]ratelimit.Decision, calls)
+	// fail lets the held run go and waits for the batch before failing
+	// (the callers only write to buffered channels).
+	fail := func(format string, args ...any) {
+		close(h.release)
+		<-sent
+		t.Fatalf(format, args...)
+	}
 	deadline := time.After(10 * time.Second)
 	select {
 	case <-h.held:
 	case <-deadline:
-		close(h.release)
-		t.Fatal("no second pipeline carried a run: the batch's runs went on one")
+		fail("no pipeline carried a run without the first call: the batch's runs went on one")
 	}
 	for i := range first {
 		select {
-		case d := <-answered[i]:
-			if !d.Allowed {
-				t.Errorf("step %d: call of the first run denied: %+v", i, d)
-			}
+		case got[i] = <-answered[i]:
 		case <-deadline:
-			close(h.release)
-			t.Fatalf("step %d: a call of the first run had no answer while the second run was on the wire", i)
+			fail("step %d: a call of the first run had no answer while the second run was held", i)
 		}
 	}
 	close(h.release)
 	<-sent
 	for i := first; i < calls; i++ {
-		if d := <-answered[i]; !d.Allowed {
-			t.Errorf("step %d: call of the second run denied: %+v", i, d)
+		got[i] = <-answered[i]
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, d := range got {
+		if !d.Allowed {
+			t.Errorf("step %d: call denied: %+v", i, d)
 		}
 	}
 }

@@ -7,14 +7,15 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// A pipeline of queued calls (batch.go) sends the common call of a baked
-// policy ('f': a plain Take) as one script run per policy ('m'), not one
-// run each: Redis then starts the script, sets up its names and reads its
-// clock once for the lot, which is most of what a call costs it beyond
-// its own keys (docs/internals.md, "Batching"). The run decides the calls
-// in order, each exactly as it would alone; a call its lean path cannot
-// answer (a denial, a penalty, a resend, ...) gets 0, nothing written, and
-// goes again alone in a second pipeline.
+// A batch of queued calls (batch.go) sends the common calls of a baked
+// policy ('f': a plain Take) as script runs ('m', or 'u' for calls alike)
+// of up to maxMulti calls, not one call each: Redis then starts the
+// script, sets up its names and reads its clock once for a run, which is
+// most of what a call costs it beyond its own keys (docs/internals.md,
+// "Batching"). A run decides its calls in order, each exactly as it would
+// alone; a call its lean path cannot answer (a denial, a penalty, a
+// resend, ...) gets 0, nothing written, and goes again alone in another
+// pipeline.
 
 // multiArgs is how many arguments each call of a batch carries: its number
 // of keys, now, cost and resend ID (MARGS in the script).
@@ -25,12 +26,16 @@ const multiArgs = 4
 // about 0.2 ms, no longer than a pipeline of 32 calls keeps one busy.
 const maxMulti = 32
 
-// runSize is how many calls each run holds when n calls of one script go
-// as runs: as few runs as maxMulti allows, of even size (40 calls: two
-// runs of 20, not 32 and 8). Each run goes on a pipeline of its own
-// (batch.go's split), and its callers are answered while Redis decides the
-// next: runs of even size keep Redis and the callers equally busy.
+// runSize is how many calls each run holds, at most, when n calls of one
+// script go as runs: as few runs as maxMulti allows, of sizes that differ
+// by one at most (40 calls: two runs of 20, not 32 and 8; 65: 22, 22 and
+// 21). A batch's first run goes on a pipeline of its own (batch.go's
+// split), and its callers are answered while Redis decides the rest: runs
+// of even size keep Redis and the callers equally busy.
 func runSize(n int) int {
+	if n < 1 {
+		return 1
+	}
 	runs := (n + maxMulti - 1) / maxMulti
 	return (n + runs - 1) / runs
 }
