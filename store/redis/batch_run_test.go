@@ -28,10 +28,10 @@ import (
 type roundHook struct {
 	serialize bool
 	serial    sync.Mutex // held while a round is on the wire, with serialize
-	mu     sync.Mutex
-	rounds [][]string
-	runs   int // runs of several calls ('m' or 'u') sent
-	alike  int // of those, runs of calls alike ('u')
+	mu        sync.Mutex
+	rounds    [][]string
+	runs      int // runs of several calls ('m' or 'u') sent
+	alike     int // of those, runs of calls alike ('u')
 	// leanAgain counts common calls ('f') sent in a later round than one
 	// that carried them: a run that declines a call sends it again as
 	// opDeclined.
