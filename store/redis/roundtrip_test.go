@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -29,6 +30,15 @@ func TestRealRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	mustTake(t, s, p, 1, "ip:192.0.2.1", "user:1") // loads the script, opens the connection
 	admin := srv.Client(t)
+	// The library goes beside the first call, on a goroutine of its own: its
+	// FUNCTION LOAD must land before the counts start.
+	for i := 0; i < 500; i++ {
+		libs, err := admin.FunctionList(ctx, goredis.FunctionListQuery{}).Result()
+		if err != nil || len(libs) > 0 { // (an error: a server without functions, which loads nothing)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
