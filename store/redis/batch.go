@@ -28,9 +28,9 @@ const DefaultNodeBatching = 2
 // first run's callers are answered while Redis decides the rest: under
 // high concurrency this cuts system calls and Redis CPU per request and
 // raises throughput (see the README's benchmarks). A store uses at most
-// 2 × inFlight connections of its client's pool for batches. A call the run cannot
-// answer, such as a denial, goes again alone right after. Every Take still
-// returns by its own context's deadline.
+// 2 × inFlight connections of its client's pool for batches. A call the
+// run cannot answer, such as a denial, goes again alone right after. Every
+// Take still returns by its own context's deadline.
 //
 // Batching is on by default, with inFlight DefaultBatching (4); 0 or less
 // turns it off (one command per Take, each on its own pooled connection).
