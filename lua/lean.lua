@@ -2,7 +2,8 @@
 
 -- The lean path of the common call ('f', a baked policy): the frame that
 -- reads, decides and writes each key, each limit's own steps being its
--- algorithm's (ALG[kind].leanfields names the fields it reads, .bind
+-- algorithm's (ALG[kind].leanfields names the fields it reads, and from
+-- when until when those names hold where they change with the time; .bind
 -- makes the step that decides and charges, in sliding.lua, log.lua,
 -- token.lua, fixed.lua and approx.lua). It answers a call that every limit of every key admits, on keys with no running
 -- penalty, no place in line, no resend and a clock that did not step
@@ -35,6 +36,14 @@ local MULTI -- a batch ('m' or 'u'; main sets it)
 -- decline first); RESETS whether a batch's answer gives the limit's reset
 -- (RUNRESET).
 local LEANS, RESETS
+
+-- NAMED keeps the last names a call was given (its fields f, 1 to m, and
+-- ib, iq and first, as lean names them), for the cost it was given them
+-- for, from the time from until the time till, when a limit's names
+-- change (a sliding window's at its sub-bucket's end; the others' never):
+-- a run of another time within those, the next run as a rule, takes them
+-- as they are instead of naming its fields anew.
+local NAMED
 
 local function bindlean()
   LEANS, RESETS = {}, {}
@@ -94,6 +103,10 @@ local function lean()
         -- the refund count; the penalty only under a policy that has one (only
         -- such a policy writes it, and a policy's keys are named after its
         -- penalty), the places in line only under one that reserves.
+        if (fnow ~= now or fcost ~= cost) and NAMED and NAMED[6] == cost and now >= NAMED[7] and now < NAMED[8] then
+          f, m, ib, iq, first = NAMED[1], NAMED[2], NAMED[3], NAMED[4], NAMED[5]
+          fnow, fcost, ts = now, cost, fmt('%d', now)
+        end
         if fnow ~= now or fcost ~= cost then
           fnow = nil -- until the fields are named whole
           f = {F_TIME, F_EXPIRY, F_RESENDS, F_GEN, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
@@ -107,16 +120,20 @@ local function lean()
             f[m], iq = F_PENDING, m
           end
           first = m + 1 -- the first limit's first field
+          local from, till = -1, math.huge
           for j = QHEAD, QHEAD + STRIDE * (nl - 1), STRIDE do
-            local names = ALG[BAKED[j + P_KIND]].leanfields
-            if names then m = names(f, m, j, now, cost) end
+            local names, lo, hi = ALG[BAKED[j + P_KIND]].leanfields, nil, nil
+            if names then m, lo, hi = names(f, m, j, now, cost) end
             if not names or not m then
               ok = false -- a Concurrent limit's slots, or a log's call it does not take
               break
             end
+            if lo and lo > from then from = lo end
+            if hi and hi < till then till = hi end
           end
           if not ok then break end
           fnow, fcost, ts = now, cost, fmt('%d', now)
+          NAMED = {f, m, ib, iq, first, cost, from, till}
         end
         -- The reply, sized up front for five limits of one key (a table that
         -- grows is copied each time it doubles; the nils end it where its

@@ -221,7 +221,9 @@ end
 -- The lean path (lean.lua) of a sliding window. SLIDING_READS is how many
 -- fields leanfields names: the ring's sum, then the current, the edge and
 -- the next sub-bucket's field (each a cost and a latest admission, BSEP
--- between them; '0' when cleared).
+-- between them; '0' when cleared). They are the names of now's
+-- sub-bucket, so they hold from its start to its end (the second and
+-- third numbers it returns).
 local SLIDING_READS = 4
 
 function SLIDING.leanfields(f, m, j, now, cost)
@@ -229,7 +231,7 @@ function SLIDING.leanfields(f, m, j, now, cost)
   local off, w, n1 = BAKED[j + P_HASH], BAKED[j + P_WIDTH], BAKED[j + P_N] + 1
   local k = (now - now % w) / w
   f[m + 1], f[m + 2], f[m + 3], f[m + 4] = NAMES[off], NAMES[off + 1 + k % n1], NAMES[off + 1 + (k + 1) % n1], NAMES[off + 1 + (k + 2) % n1]
-  return m + SLIDING_READS
+  return m + SLIDING_READS, k * w, (k + 1) * w
 end
 
 -- bind returns the lean step of the limit at j, its numbers bound once
