@@ -76,7 +76,8 @@ local function lean()
     local ttl, nl = BAKED[Q_TTL], BAKED[Q_LIMITS]
     -- The fields a call reads (f, 1 to m; ib, iq and first below), named
     -- for the time and cost fnow and fcost, and that time in digits (ts): a
-    -- batch's calls of one time and cost read the same fields.
+    -- batch's calls of one time and cost read the same fields, and a run
+    -- takes the last run's while they hold (NAMED).
     local f, m, ib, iq, first, fnow, fcost, ts
     for call = 1, calls do
       local answered, q = false, rn + 1 -- q: the last place of R this call wrote
@@ -120,7 +121,7 @@ local function lean()
             f[m], iq = F_PENDING, m
           end
           first = m + 1 -- the first limit's first field
-          local from, till = -1, math.huge
+          local from, till = -math.huge, math.huge
           for j = QHEAD, QHEAD + STRIDE * (nl - 1), STRIDE do
             local names, lo, hi = ALG[BAKED[j + P_KIND]].leanfields, nil, nil
             if names then m, lo, hi = names(f, m, j, now, cost) end
