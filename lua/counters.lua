@@ -9,29 +9,30 @@
 -- s.gen the other identity fields; numbered fields from F_FIRST the
 -- limits' own, as numbers, except a log's chunks (strings of TW-digit
 -- times; false when the field does not exist) and a sub-bucket's field x,
--- which holds its cost and latest admission (BSEP between them): s[x] is
--- the cost, s[-x] the offset; s.qa, s.qc, s.h the pending reservations.
+-- which holds its cost and latest admission (sliding.lua's bdecode): s[x]
+-- is the cost, s[-x] the offset; s.qa, s.qc, s.h the pending reservations.
 -- A limit's parameters are P[j + P_*], j its base.
 
 -- fields appends to f, from index m + 1, the fields a call reads up front
 -- for every limit at time now: a sub-bucket ring's sum and the fields of
 -- the current sub-bucket, the next (the edge one) and the one after; a log's oldest
 -- slot and, when it has few, its chunks (marked true in ch: kept as
--- strings); a sub-bucket's one field (marked 'b' in ch: decoded by
--- bdecode); a window's or a bucket's own fields. It returns the new m;
+-- strings); a sub-bucket's one field (marked in ch by its ring's width:
+-- decoded by bdecode); a window's or a bucket's own fields. It returns the new m;
 -- other fields are read on demand.
 local function fields(f, ch, m, now)
   for j = 0, STRIDE * (NL - 1), STRIDE do
     local kind, off = P[j + P_KIND], P[j + P_HASH]
     if kind == K_BUCKETS then
-      local n1, kb = P[j + P_N] + 1, floor(now / P[j + P_WIDTH])
+      local n1, w = P[j + P_N] + 1, P[j + P_WIDTH]
+      local kb = floor(now / w)
       local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
       f[m + 1], f[m + 2], f[m + 3], m = off, a, b, m + 3
-      ch[m - 1], ch[m] = 'b', 'b'
+      ch[m - 1], ch[m] = w, w
       if n1 > 2 then
         -- The one after the edge one, which refill reads (with one
         -- sub-bucket it is the current one).
-        f[m + 1], ch[m + 1], m = off + 1 + (kb + 2) % n1, 'b', m + 1
+        f[m + 1], ch[m + 1], m = off + 1 + (kb + 2) % n1, w, m + 1
       end
     elseif kind == K_LOG then
       f[m + 1], m = off, m + 1

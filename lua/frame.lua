@@ -94,10 +94,10 @@ local function read(key, fs, now)
   end
   local s = {}
   for i = #fs + 1, m do
-    if ch[i] == 'b' then
-      bdecode(s, f[i], v[i])
-    elseif ch[i] then
+    if ch[i] == true then
       s[f[i]] = v[i] or false
+    elseif ch[i] then
+      bdecode(s, f[i], v[i], ch[i])
     else
       s[f[i]] = tonumber(v[i]) or 0
     end

@@ -15,7 +15,7 @@ local function refund(s, key, j, now, at, c, mark, samegen, out, o)
       if back > c then back = c end
       if back > 0 then
         s[x], s[off] = s[x] - back, s[off] - back
-        out[o], out[o + 1], out[o + 2], out[o + 3], o = x, bencode(s[x], s[-x]), off, s[off], o + 4
+        out[o], out[o + 1], out[o + 2], out[o + 3], o = x, bencode(s[x], s[-x], w), off, s[off], o + 4
       end
     end
   elseif kind == K_FIXED then
@@ -91,7 +91,7 @@ local function oprefund()
   local base = 4
   if BAKED then policy(BAKED, 1) else base = policy(ARGV, 4) end
   -- The fields kept as they are (a log's chunks, true) or decoded by
-  -- bdecode (a sub-bucket's, 'b').
+  -- bdecode (a sub-bucket's: its ring's width).
   local chunk = {}
   -- A log's chunks are the fields after its pointer up to the next
   -- limit's first, or every later field after the last limit's: its ring
@@ -106,7 +106,7 @@ local function oprefund()
         for f = off + 1, P[j + STRIDE + P_HASH] - 1 do chunk[f] = true end
       end
     elseif P[j + P_KIND] == K_BUCKETS then
-      for b = 1, P[j + P_N] + 1 do chunk[P[j + P_HASH] + b] = 'b' end
+      for b = 1, P[j + P_N] + 1 do chunk[P[j + P_HASH] + b] = P[j + P_WIDTH] end
     end
   end
   local done = 0
@@ -130,7 +130,7 @@ local function oprefund()
         local f, v = raw[i], raw[i + 1]
         local fn = tonumber(f)
         if fn and lastlog and fn > lastlog then chunk[fn] = true end
-        if fn and chunk[fn] == 'b' then bdecode(s, fn, v) elseif fn and chunk[fn] then s[fn] = v elseif fn then s[fn] = tonumber(v) elseif f == F_PENDING then q = v elseif f == F_GEN then s.gen = tonumber(v) end
+        if fn and chunk[fn] == true then s[fn] = v elseif fn and chunk[fn] then bdecode(s, fn, v, chunk[fn]) elseif fn then s[fn] = tonumber(v) elseif f == F_PENDING then q = v elseif f == F_GEN then s.gen = tonumber(v) end
       end
       s[I_TIME], s.gen = s[I_TIME] or 0, s.gen or 0
       pending(s, q)

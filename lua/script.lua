@@ -23,8 +23,10 @@
 -- the policy header's positions Q_* and size QHEAD;
 -- the expiry slack XSLACK; MAXSPAN, ratelimit.MaxSpan in µs; TW, the width
 -- of a time kept as text (layout.TimeDigits), TFMT its format, QFMT a pending
--- reservation's (time, then cost) and ZEROT a time of 0; BSEP, which joins a sub-bucket's cost and
--- latest admission in its one field, and BFMT, the format of that field;
+-- reservation's (time, then cost) and ZEROT a time of 0; BPACK, the format
+-- of a sub-bucket's one field (its cost times its width plus its latest
+-- admission) below BEXACT, and BFMT, the format beyond (a '-', the two
+-- joined by BSEP: layout.BucketWideFormat);
 -- LOGBASE, which packs a log's pointer field (its oldest slot plus its
 -- capacity times LOGBASE), and LOGSMALL, SCHUNK and LCHUNK: a log of
 -- capacity up to LOGSMALL packs SCHUNK times a field, a larger one LCHUNK)

@@ -1,23 +1,45 @@
 -- sliding.lua: a sliding window by sub-buckets: each sub-bucket's cost
--- and latest admission in one field (BSEP between them), and the ring's
--- sum, as store/memory's sliding.go counts them (see script.lua;
--- counters.lua uses these).
+-- and latest admission in one field, and the ring's sum, as
+-- store/memory's sliding.go counts them (see script.lua; counters.lua
+-- uses these).
+--
+-- A sub-bucket's field (layout.BucketPackFormat) holds its cost c and
+-- the offset l of its latest admission within it (0 <= l < w, the ring's
+-- width) as one number, c * w + l, written by BPACK while it is below
+-- BEXACT: there l is n % w exactly, and c (n - l) / w. Beyond, it holds c
+-- and l by BFMT, a negative number to Lua, which bwide splits. So a field
+-- is read as a number, v + 0, and its sign says which. A cleared
+-- sub-bucket's field is '0'.
+
+-- bwide is the cost and latest admission of a sub-bucket's field v
+-- written by BFMT ('-', c, BSEP, l).
+local function bwide(v)
+  local p = find(v, BSEP, 1, true)
+  return tonumber(sub(v, 2, p - 1)), tonumber(sub(v, p + 1))
+end
 
 -- bdecode sets s[x] and s[-x] to the cost and latest admission of the
--- sub-bucket whose field x holds v (nil or '0': none).
-local function bdecode(s, x, v)
-  if not v or v == '0' then
+-- sub-bucket of width w whose field x holds v (nil or '0': none).
+local function bdecode(s, x, v, w)
+  if not v then
     s[x], s[-x] = 0, 0
     return
   end
-  local p = find(v, BSEP, 1, true)
-  s[x], s[-x] = tonumber(sub(v, 1, p - 1)), tonumber(sub(v, p + 1))
+  local n = v + 0
+  if n >= 0 then
+    local l = n % w
+    s[x], s[-x] = (n - l) / w, l
+  else
+    s[x], s[-x] = bwide(v)
+  end
 end
 
--- bencode is the field of a sub-bucket that holds cost c, its latest
--- admission at offset l.
-local function bencode(c, l)
+-- bencode is the field of a sub-bucket of width w that holds cost c, its
+-- latest admission at offset l.
+local function bencode(c, l, w)
   if c == 0 then return '0' end
+  local n = c * w + l
+  if n < BEXACT then return fmt(BPACK, n) end
   return fmt(BFMT, c, l)
 end
 
@@ -34,7 +56,8 @@ local function bload(s, key, j, from, to)
   end
   if m == 0 then return end
   local v = redis.call('HMGET', key, unpack(f))
-  for i = 1, m do bdecode(s, f[i], v[i]) end
+  local w = P[j + P_WIDTH]
+  for i = 1, m do bdecode(s, f[i], v[i], w) end
 end
 
 -- badvance appends the changed field, value pairs of a sub-bucket ring
@@ -76,7 +99,7 @@ local function bcharge(s, key, j, t, c, out, o)
   bload(s, key, j, k, k)
   s[x], s[-x] = s[x] + c, t - k * w
   s[off] = s[off] + c
-  out[o], out[o + 1] = x, bencode(s[x], s[-x])
+  out[o], out[o + 1] = x, bencode(s[x], s[-x], w)
   out[o + 2], out[o + 3] = off, s[off]
   return o + 4
 end
@@ -220,8 +243,8 @@ end
 
 -- The lean path (lean.lua) of a sliding window. SLIDING_READS is how many
 -- fields leanfields names: the ring's sum, then the current, the edge and
--- the next sub-bucket's field (each a cost and a latest admission, BSEP
--- between them; '0' when cleared). They are the names of now's
+-- the next sub-bucket's field (each a cost and a latest admission, BPACK
+-- or BFMT; '0' when cleared). They are the names of now's
 -- sub-bucket, so they hold from its start to its end (the second and
 -- third numbers it returns).
 local SLIDING_READS = 4
@@ -251,8 +274,13 @@ function SLIDING.bind(j)
     -- of them when the whole window lapsed. tot is then what sub-buckets
     -- k-n..h hold, the edge one's included.
     local h, tot, cur, used, past = (s1 - s1 % w) / w, 0, 0, 0, false
+    -- Each sub-bucket's field is split here as bdecode splits it, without
+    -- a call for BPACK's numbers: nb % w is the latest admission.
     local cs = v[x + 1]
-    if cs and cs ~= '0' then cur = sub(cs, 1, find(cs, BSEP, 1, true) - 1) + 0 end
+    if cs then
+      local nb = cs + 0
+      if nb >= 0 then cur = (nb - nb % w) / w else cur = bwide(cs) end
+    end
     if s1 ~= 0 and k - h <= 1 then
       tot = (v[x] or 0) + 0
       if k > h then tot, cur = tot - cur, 0 end
@@ -264,7 +292,8 @@ function SLIDING.bind(j)
       for q = h + 1, k - 1 do
         local c = gv[q - h]
         if c and c ~= '0' then
-          tot = tot - sub(c, 1, find(c, BSEP, 1, true) - 1)
+          local nb = c + 0
+          if nb >= 0 then tot = tot - (nb - nb % w) / w else tot = tot - bwide(c) end
           wr[o], wr[o + 1], o = gn[q - h], '0', o + 2
         end
       end
@@ -282,9 +311,13 @@ function SLIDING.bind(j)
       used = tot
       local edge, counts = v[x + 2], false
       if edge and edge ~= '0' then
-        local p = find(edge, BSEP, 1, true)
-        local elat = sub(edge, p + 1) + 0
-        edge = sub(edge, 1, p - 1) + 0
+        local nb, elat = edge + 0, 0
+        if nb >= 0 then
+          elat = nb % w
+          edge = (nb - elat) / w
+        else
+          edge, elat = bwide(edge)
+        end
         if elat <= now - k * w then
           used = used - edge
         elseif s1 ~= 0 then
@@ -303,7 +336,9 @@ function SLIDING.bind(j)
       local nc = v[x + 3]
       if s1 ~= 0 and not counts and used > 0 and h >= k - n + 1 and nc and nc ~= '0' then
         -- The one after the edge holds cost (a busy key): it leaves first.
-        refill = (k + 1) * w + sub(nc, find(nc, BSEP, 1, true) + 1) - now
+        local nb, nlat = nc + 0, 0
+        if nb >= 0 then nlat = nb % w else nlat = select(2, bwide(nc)) end
+        refill = (k + 1) * w + nlat - now
       elseif s1 ~= 0 and not counts and used > 0 and h == k and used == cur then
         refill = s1 + per - now
       elseif s1 ~= 0 and not counts and used > 0 then
@@ -313,7 +348,9 @@ function SLIDING.bind(j)
       end
     end
     if used + cost > cap or past and used + cost == cap then return nil end
-    wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x], fmt('%d', tot + cost), f[x + 1], fmt(BFMT, cur + cost, now - k * w)
+    local nb = (cur + cost) * w + (now - k * w)
+    if nb >= BEXACT then return nil end -- the general path's bencode writes it by BFMT
+    wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x], fmt('%d', tot + cost), f[x + 1], fmt(BPACK, nb)
     return x + SLIDING_READS, o + 4, cap - used - cost, per, 0, refill
   end
 end

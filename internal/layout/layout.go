@@ -4,7 +4,7 @@ import "slices"
 
 // Version changes whenever the stores lay counters out differently, so
 // that a store never reads counters laid out by another version.
-const Version = 6
+const Version = 7
 
 // Kind is how a store counts one limit.
 type Kind uint8
@@ -129,12 +129,28 @@ const (
 	FirstHashField = 2
 )
 
-// BucketSep joins, in a sub-bucket's one hash field, its cost and the
-// offset of its latest admission within it ("3:41250"); a field of a
-// cleared sub-bucket is "0". One field per sub-bucket rather than two
-// halves what the Redis store's common call reads and writes, and so
-// its time: a small hash is searched in order, field by field.
-const BucketSep = ":"
+// A sub-bucket's one hash field holds its cost c and the offset l of its
+// latest admission within it (0 ≤ l < the ring's width w) as one number,
+// c × w + l, written by BucketPackFormat while it is below BucketExact
+// (exact in the doubles of Redis Lua, where the remainder by w is then l
+// exactly): " 191250" for cost 3 and offset 41250 in sub-buckets of
+// 50ms. Beyond, the field holds c and l by BucketWideFormat ("-3.41250"),
+// which Lua reads as a negative number: the sign of a field read as a
+// number tells the two apart. A field of a cleared sub-bucket is "0".
+//
+// One field per sub-bucket rather than two halves what the Redis store's
+// common call reads and writes, and so its time: a small hash is searched
+// in order, field by field. One number rather than a pair splits by
+// arithmetic, where the pair takes a search, two substrings and two
+// calls (docs/cost.md). The space in front keeps the field a string in
+// Redis, which would keep a bare number as an integer, to be formatted
+// anew on every read.
+const (
+	BucketPackFormat = " %d"
+	BucketExact      = 1 << 53
+	BucketWideFormat = "-%d" + BucketSep + "%d"
+	BucketSep        = "."
+)
 
 // Numbers the Redis script shares with the Go side.
 const (

@@ -82,7 +82,8 @@ var prelude = func() string {
 	line([]string{"XSLACK", "MAXSPAN"}, num(expirySlack, layout.MaxSpanUS))
 	tfmt := "%0" + strconv.Itoa(layout.TimeDigits) + "d"
 	line([]string{"TW", "TFMT", "QFMT", "ZEROT"}, append(num(layout.TimeDigits), quote(tfmt, tfmt+"%0"+strconv.Itoa(layout.CostDigits)+"d", strings.Repeat("0", layout.TimeDigits))...))
-	line([]string{"BSEP", "BFMT"}, quote(layout.BucketSep, "%d"+layout.BucketSep+"%d"))
+	line([]string{"BSEP", "BFMT", "BPACK"}, quote(layout.BucketSep, layout.BucketWideFormat, layout.BucketPackFormat))
+	line([]string{"BEXACT"}, num(layout.BucketExact))
 	line([]string{"LOGBASE", "LOGSMALL", "SCHUNK", "LCHUNK"}, num(layout.LogPointerBase, ratelimit.ExactRateMax, layout.SmallLogChunk, layout.LogChunk))
 	return b.String()
 }()
@@ -183,7 +184,7 @@ func leanFields(nums []int64) int64 {
 		end := p(layout.PHash)
 		switch layout.Kind(p(layout.PKind)) {
 		case layout.Buckets:
-			end += p(layout.PN) + 1 // each sub-bucket's cost and latest admission (layout.BucketSep)
+			end += p(layout.PN) + 1 // each sub-bucket's cost and latest admission (layout.BucketPackFormat)
 		case layout.Log:
 			end += (p(layout.PCapacity) + p(layout.PChunk) - 1) / p(layout.PChunk)
 		case layout.Fixed, layout.Token:
