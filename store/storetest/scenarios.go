@@ -40,6 +40,7 @@ var scenarios = []scenario{
 	{"FullBurstAtMaxSpan", fullBurstAtMaxSpan, capabilities{}, false},
 	{"ExpiryKeepsGuarantees", expiryKeepsGuarantees, capabilities{}, false},
 	{"SubBucketRefillClaims", subBucketRefillClaims, capabilities{}, false},
+	{"SubBucketsPastExactNumbers", subBucketsPastExactNumbers, capabilities{upTo: true, refund: true, settle: true}, false},
 	{"RateChangeKeepsCounters", rateChangeKeepsCounters, capabilities{}, false},
 	{"TwoRatesNeverExceedTheLarger", twoRatesNeverExceedTheLarger, capabilities{}, false},
 	{"PlacesKeepTheirRing", placesKeepTheirRing, capabilities{reserve: true, lease: true}, false},
@@ -51,7 +52,7 @@ func Scenarios(t *testing.T, h Harness) {
 	var clk clock
 	caps := capsOf(h.store(t, &clk))
 	for _, sc := range scenarios {
-		if sc.needs.reserve && !caps.reserve || sc.needs.upTo && !caps.upTo || sc.needs.refund && !caps.refund || sc.needs.reset && !caps.reset || sc.needs.lease && !caps.lease {
+		if sc.needs.reserve && !caps.reserve || sc.needs.upTo && !caps.upTo || sc.needs.refund && !caps.refund || sc.needs.reset && !caps.reset || sc.needs.lease && !caps.lease || sc.needs.settle && !caps.settle {
 			t.Logf("%s: not run: the store lacks an operation it needs", sc.name)
 			continue
 		}

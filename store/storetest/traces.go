@@ -66,8 +66,9 @@ type step struct {
 
 // randomPolicy draws a small policy: rates low enough that traces hit the
 // limits often (and, for the sliding window, some above ExactRateMax, so
-// both of its counters run), periods from sub-second to an hour, random
-// precision and burst, and sometimes a penalty.
+// both of its counters run, a few of them over a year), periods from
+// sub-second to an hour, random precision and burst, and sometimes a
+// penalty.
 func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 	periods := []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second, 10 * time.Second, time.Minute, time.Hour}
 	rng.Shuffle(len(periods), func(i, j int) { periods[i], periods[j] = periods[j], periods[i] })
@@ -77,10 +78,15 @@ func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 		l := ratelimit.Limit{Rate: int64(1 + rng.IntN(8)), Period: periods[i]}
 		switch alg {
 		case ratelimit.SlidingWindow:
+			l.Precision = []int{0, 0, 0, 1, 2, 5, 10}[rng.IntN(7)]
 			if rng.IntN(3) == 0 {
 				l.Rate = ratelimit.ExactRateMax + 1 + int64(rng.IntN(12)) // sub-buckets
+				if rng.IntN(4) == 0 {
+					// A year in one or two sub-buckets: a settle's debt
+					// takes one's cost times its width past 2^53 µs.
+					l.Period, l.Precision = ratelimit.MaxPeriod, 1+rng.IntN(2)
+				}
 			}
-			l.Precision = []int{0, 0, 0, 1, 2, 5, 10}[rng.IntN(7)]
 		case ratelimit.SlidingLog:
 			l.Rate = int64(1 + rng.IntN(12))
 			if rng.IntN(4) == 0 {
