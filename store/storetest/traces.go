@@ -74,6 +74,7 @@ func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 	rng.Shuffle(len(periods), func(i, j int) { periods[i], periods[j] = periods[j], periods[i] })
 	n := 1 + rng.IntN(3)
 	limits := make([]ratelimit.Limit, n)
+	yearLong := false
 	for i := range limits {
 		l := ratelimit.Limit{Rate: int64(1 + rng.IntN(8)), Period: periods[i]}
 		switch alg {
@@ -81,10 +82,11 @@ func randomPolicy(rng *rand.Rand, alg ratelimit.Algorithm) *ratelimit.Policy {
 			l.Precision = []int{0, 0, 0, 1, 2, 5, 10}[rng.IntN(7)]
 			if rng.IntN(3) == 0 {
 				l.Rate = ratelimit.ExactRateMax + 1 + int64(rng.IntN(12)) // sub-buckets
-				if rng.IntN(4) == 0 {
-					// A year in one or two sub-buckets: a settle's debt
-					// takes one's cost times its width past 2^53 µs.
-					l.Period, l.Precision = ratelimit.MaxPeriod, 1+rng.IntN(2)
+				if rng.IntN(4) == 0 && !yearLong {
+					// A year in one or two sub-buckets (one limit a
+					// policy: periods differ): a settle's debt takes one's
+					// cost times its width past 2^53 µs.
+					l.Period, l.Precision, yearLong = ratelimit.MaxPeriod, 1+rng.IntN(2), true
 				}
 			}
 		case ratelimit.SlidingLog:
