@@ -226,7 +226,7 @@ func (l Limit) MemFields() int {
 func (l Limit) hashFields(smallLog int64) int64 {
 	switch l.Kind {
 	case Buckets:
-		return 1 + (l.N + 1) // the sum, then one field per sub-bucket (BucketSep)
+		return 1 + (l.N + 1) // the sum, then one field per sub-bucket (BucketPackFormat)
 	case Log:
 		return 1 + LogChunks(l.MaxCapacity, smallLog)
 	case Fixed:

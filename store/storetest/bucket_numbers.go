@@ -12,13 +12,18 @@ import (
 // its width passes 2^53 (µs), against the memory store (int64): where a
 // store packs a sub-bucket's cost and latest admission into one number
 // (the Redis store does, below 2^53), it must keep the two exact beyond.
-// A year-long sub-bucket passes it at a cost of 285, which a settle's
-// debt reaches; sub-buckets of 1/120 of a year at 34,180, which one take
-// reaches. Each trace charges below and past the bound in one sub-bucket,
-// refunds, settles, peeks, grants up to, and waits for the sub-bucket to
-// leave the window.
+// A year-long sub-bucket passes it at a cost of 285 (284 late in the
+// sub-bucket), which a settle's debt reaches; sub-buckets of 1/120 of a
+// year at about 34,180, which one take reaches. The traces charge below
+// and past the bound in one sub-bucket, refund, settle, peek, grant up
+// to, and wait for the sub-bucket to leave the window; the third and the
+// fourth admit calls whose current, edge, next or skipped sub-buckets hold
+// such numbers, as a store's common call reads them. Each trace runs on four stores in a
+// row, so that a harness that varies its stores by turns (the Redis
+// store's take one path in four) runs each trace on each.
 func subBucketsPastExactNumbers(t *testing.T, h Harness) {
 	year := ratelimit.MaxPeriod
+	w := year / 120 // wide-lean's sub-bucket
 	cases := []struct {
 		p     *ratelimit.Policy
 		trace []step
@@ -55,8 +60,34 @@ func subBucketsPastExactNumbers(t *testing.T, h Harness) {
 				{at: year + year/120 + time.Second, keys: []string{"k"}, cost: 0},
 			},
 		},
+		{
+			ratelimit.MustParsePolicy("1000000000/366d", ratelimit.WithPrecision(120), ratelimit.Named("wide-lean")),
+			[]step{
+				{at: 0, keys: []string{"k"}, cost: 100_000},
+				{at: w, keys: []string{"k"}, cost: 100_000},
+				{at: w + time.Microsecond, keys: []string{"k"}, cost: 1},        // the current one's
+				{at: year - time.Microsecond, keys: []string{"k"}, cost: 1},     // the edge one's, still counting
+				{at: year, keys: []string{"k"}, cost: 1},                        // the edge one's and the next one's
+				{at: year + time.Microsecond, keys: []string{"k"}, cost: 1},     // again, the current one's too
+				{at: year + w + time.Microsecond, keys: []string{"k"}, cost: 1}, // the next is now the edge
+				{at: 2*year + 2*w, keys: []string{"k"}, cost: 0},
+			},
+		},
+		{
+			ratelimit.MustParsePolicy("1000000000/366d", ratelimit.WithPrecision(120), ratelimit.Named("wide-skipped")),
+			[]step{
+				{at: 0, keys: []string{"k"}, cost: 100_000},
+				{at: 5 * w, keys: []string{"k"}, cost: 1},
+				{at: year + 2*w, keys: []string{"k"}, cost: 1}, // the first one's leaves the ring's sum, skipped
+				{at: year + 2*w + time.Microsecond, keys: []string{"k"}, cost: 0},
+			},
+		},
 	}
 	for i, c := range cases {
-		t.Run(c.p.Name(), func(t *testing.T) { replay(t, h, c.p, c.p, c.trace, i) })
+		t.Run(c.p.Name(), func(t *testing.T) {
+			for range 4 {
+				replay(t, h, c.p, c.p, c.trace, i)
+			}
+		})
 	}
 }
