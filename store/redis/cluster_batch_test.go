@@ -80,28 +80,13 @@ func BenchmarkClusterBatching(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				var next atomic.Int64
 				cpu, own := mastersCPU(b, client), processCPU()
 				b.ResetTimer()
-				var wg sync.WaitGroup
-				for range 64 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							i := next.Add(1)
-							if i > int64(b.N) {
-								return
-							}
-							key := "ip:" + strconv.FormatInt(i%ids, 10)
-							if _, err := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: []string{key}, Cost: 1}); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
+				callEach(b, 64, func(i int64) error {
+					key := "ip:" + strconv.FormatInt(i%ids, 10)
+					_, err := s.Take(context.Background(), ratelimit.Request{Policy: p, Keys: []string{key}, Cost: 1})
+					return err
+				})
 				rate := float64(b.N) / b.Elapsed().Seconds()
 				rates[mode.name] = rate
 				b.ReportMetric(rate, "decisions/s")

@@ -81,21 +81,7 @@ func BenchmarkClusterScaling(b *testing.B) {
 				}
 				cpu, own := mastersCPU(b, client), processCPU()
 				b.ResetTimer()
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				for range c {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-							if err := take(i); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
+				callEach(b, c, take)
 				secs := b.Elapsed().Seconds()
 				used := mastersCPU(b, client) - cpu
 				rate := float64(b.N) / secs
@@ -118,6 +104,27 @@ func BenchmarkClusterScaling(b *testing.B) {
 			}
 		}
 	}
+}
+
+// callEach makes calls 1 to b.N of call from callers goroutines at once,
+// each taking the next call as it finishes one; it stops a goroutine at its
+// first error.
+func callEach(b *testing.B, callers int, call func(i int64) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if err := call(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // scalingCounts reads a comma-separated list of positive counts from the
