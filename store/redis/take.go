@@ -183,6 +183,10 @@ func decide(req ratelimit.Request, replies [][]int64, nl int) ratelimit.Decision
 				all = false
 			}
 			if part[0] == kindCharged {
+				if charged == nil { // sized once for every key, so that appends never grow them
+					charged = make([]string, 0, len(req.Keys))
+					marks = make([]int64, 0, len(req.Keys)*(2+nl))
+				}
 				charged = append(charged, req.Keys[ki])
 				marks = append(marks, part[1], part[2])
 				for i := 0; i < nl; i++ {
