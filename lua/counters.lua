@@ -19,7 +19,18 @@
 -- slot and, when it has few, its chunks (marked true in ch: kept as
 -- strings); a sub-bucket's one field (marked in ch by its ring's width:
 -- decoded by bdecode); a window's or a bucket's own fields. It returns the new m;
--- other fields are read on demand.
+-- other fields are read on demand. A ring's sum is marked RINGSUM in ch:
+-- read takes a marked sum (SOLE - sum, sliding.lua's lean step) as the
+-- sum, and every write of the general path writes it plain.
+local RINGSUM = -1
+
+-- ringsum is the sum a ring's sum field v holds, marked or not.
+local function ringsum(v)
+  local sum = tonumber(v) or 0
+  if sum < 0 then sum = SOLE - sum end
+  return sum
+end
+
 local function fields(f, ch, m, now)
   for j = 0, STRIDE * (NL - 1), STRIDE do
     local kind, off = P[j + P_KIND], P[j + P_HASH]
@@ -28,7 +39,7 @@ local function fields(f, ch, m, now)
       local kb = floor(now / w)
       local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
       f[m + 1], f[m + 2], f[m + 3], m = off, a, b, m + 3
-      ch[m - 1], ch[m] = w, w
+      ch[m - 2], ch[m - 1], ch[m] = RINGSUM, w, w
       if n1 > 2 then
         -- The one after the edge one, which refill reads (with one
         -- sub-bucket it is the current one).

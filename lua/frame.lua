@@ -96,6 +96,8 @@ local function read(key, fs, now)
   for i = #fs + 1, m do
     if ch[i] == true then
       s[f[i]] = v[i] or false
+    elseif ch[i] == RINGSUM then
+      s[f[i]] = ringsum(v[i])
     elseif ch[i] then
       bdecode(s, f[i], v[i], ch[i])
     else

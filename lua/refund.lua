@@ -90,8 +90,9 @@ local function oprefund()
   local cost = tonumber(ARGV[3])
   local base = 4
   if BAKED then policy(BAKED, 1) else base = policy(ARGV, 4) end
-  -- The fields kept as they are (a log's chunks, true) or decoded by
-  -- bdecode (a sub-bucket's: its ring's width).
+  -- The fields kept as they are (a log's chunks, true), decoded by
+  -- bdecode (a sub-bucket's: its ring's width) or by ringsum (a ring's sum,
+  -- RINGSUM).
   local chunk = {}
   -- A log's chunks are the fields after its pointer up to the next
   -- limit's first, or every later field after the last limit's: its ring
@@ -106,6 +107,7 @@ local function oprefund()
         for f = off + 1, P[j + STRIDE + P_HASH] - 1 do chunk[f] = true end
       end
     elseif P[j + P_KIND] == K_BUCKETS then
+      chunk[P[j + P_HASH]] = RINGSUM
       for b = 1, P[j + P_N] + 1 do chunk[P[j + P_HASH] + b] = P[j + P_WIDTH] end
     end
   end
@@ -130,7 +132,7 @@ local function oprefund()
         local f, v = raw[i], raw[i + 1]
         local fn = tonumber(f)
         if fn and lastlog and fn > lastlog then chunk[fn] = true end
-        if fn and chunk[fn] == true then s[fn] = v elseif fn and chunk[fn] then bdecode(s, fn, v, chunk[fn]) elseif fn then s[fn] = tonumber(v) elseif f == F_PENDING then q = v elseif f == F_GEN then s.gen = tonumber(v) end
+        if fn and chunk[fn] == true then s[fn] = v elseif fn and chunk[fn] == RINGSUM then s[fn] = ringsum(v) elseif fn and chunk[fn] then bdecode(s, fn, v, chunk[fn]) elseif fn then s[fn] = tonumber(v) elseif f == F_PENDING then q = v elseif f == F_GEN then s.gen = tonumber(v) end
       end
       s[I_TIME], s.gen = s[I_TIME] or 0, s.gen or 0
       pending(s, q)

@@ -274,6 +274,14 @@ function SLIDING.bind(j)
     -- of them when the whole window lapsed. tot is then what sub-buckets
     -- k-n..h hold, the edge one's included.
     local h, tot, cur, used, past = (s1 - s1 % w) / w, 0, 0, 0, false
+    -- The ring's sum, marked (SOLE - sum) when no sub-bucket but the last
+    -- charge's holds cost: then none passed since needs reading or
+    -- clearing. mark: whether the sum this call writes is marked (the
+    -- current sub-bucket will be the only one holding cost).
+    local sum = (v[x] or 0) + 0
+    local sole = sum < 0
+    local mark = false
+    if sole then sum = SOLE - sum end
     -- Each sub-bucket's field is split here as bdecode splits it, without
     -- a call for BPACK's numbers: nb % w is the latest admission.
     local cs = v[x + 1]
@@ -282,29 +290,35 @@ function SLIDING.bind(j)
       if nb >= 0 then cur = (nb - nb % w) / w else cur = bwide(cs) end
     end
     if s1 ~= 0 and k - h <= 1 then
-      tot = (v[x] or 0) + 0
-      if k > h then tot, cur = tot - cur, 0 end
+      tot = sum
+      if k > h then tot, cur = tot - cur, 0 elseif sole then mark = true end
     elseif s1 ~= 0 and k - h < n1 then
-      tot, cur = (v[x] or 0) - cur, 0
-      local gn = {}
-      for q = h + 1, k - 1 do gn[q - h] = NAMES[off + 1 + q % n1] end
-      local gv = redis.call('HMGET', key, unpack(gn))
-      for q = h + 1, k - 1 do
-        local c = gv[q - h]
-        if c and c ~= '0' then
-          local nb = c + 0
-          if nb >= 0 then tot = tot - (nb - nb % w) / w else tot = tot - bwide(c) end
-          wr[o], wr[o + 1], o = gn[q - h], '0', o + 2
+      tot, cur = sum - cur, 0
+      if not sole then
+        local gn = {}
+        for q = h + 1, k - 1 do gn[q - h] = NAMES[off + 1 + q % n1] end
+        local gv = redis.call('HMGET', key, unpack(gn))
+        for q = h + 1, k - 1 do
+          local c = gv[q - h]
+          if c and c ~= '0' then
+            local nb = c + 0
+            if nb >= 0 then tot = tot - (nb - nb % w) / w else tot = tot - bwide(c) end
+            wr[o], wr[o + 1], o = gn[q - h], '0', o + 2
+          end
         end
       end
     elseif s1 ~= 0 then
-      local e = v[x + 2]
-      for q = k - n, k - 1 do
-        if q > k - n or e and e ~= '0' then wr[o], wr[o + 1], o = NAMES[off + 1 + q % n1], '0', o + 2 end
+      if not sole then
+        local e = v[x + 2]
+        for q = k - n, k - 1 do
+          if q > k - n or e and e ~= '0' then wr[o], wr[o + 1], o = NAMES[off + 1 + q % n1], '0', o + 2 end
+        end
+      elseif (k - h) % n1 ~= 0 then
+        wr[o], wr[o + 1], o = NAMES[off + 1 + h % n1], '0', o + 2 -- the one that held cost
       end
-      cur = 0
+      cur, mark = 0, true
     else
-      cur = 0
+      cur, mark = 0, true
     end
     local refill = per
     if s1 == 0 or k - h < n1 then
@@ -350,7 +364,12 @@ function SLIDING.bind(j)
     if used + cost > cap or past and used + cost == cap then return nil end
     local nb = (cur + cost) * w + (now - k * w)
     if nb >= BEXACT then return nil end -- the general path's bencode writes it by BFMT
-    wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x], fmt('%d', tot + cost), f[x + 1], fmt(BPACK, nb)
+    -- The sum is marked when the current sub-bucket is now the only one
+    -- that holds cost: a new key, a lapsed ring, or the last charge's
+    -- sub-bucket again under a marked sum.
+    local st = tot + cost
+    if mark then st = SOLE - st end
+    wr[o], wr[o + 1], wr[o + 2], wr[o + 3] = f[x], fmt('%d', st), f[x + 1], fmt(BPACK, nb)
     return x + SLIDING_READS, o + 4, cap - used - cost, per, 0, refill
   end
 end

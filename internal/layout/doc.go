@@ -17,7 +17,8 @@
 //	         offsets of each sub-bucket's latest admission within it (a
 //	         ring indexed by bucket % (N+1)); a sub-bucket stops counting
 //	         one Period after its latest admission (in Redis, a sub-bucket's
-//	         cost and offset share its field, as BucketPackFormat says)
+//	         cost and offset share its field, as BucketPackFormat says, and
+//	         the sum may be marked, as BucketSumSole says)
 //	Log      the ring's oldest slot, then Capacity slots: the times of the
 //	         last Capacity units of cost charged up to MemTime, oldest
 //	         first from that slot (in Redis, packed TimeDigits digits each, Chunk

@@ -4,7 +4,7 @@ import "slices"
 
 // Version changes whenever the stores lay counters out differently, so
 // that a store never reads counters laid out by another version.
-const Version = 7
+const Version = 8
 
 // Kind is how a store counts one limit.
 type Kind uint8
@@ -151,6 +151,16 @@ const (
 	BucketWideFormat = "-%d" + BucketSep + "%d"
 	BucketSep        = "."
 )
+
+// A ring's sum field holds the sum of its sub-buckets' costs, or, when no
+// sub-bucket but the last charge's holds cost, BucketSumSole minus the
+// sum (a negative number): the Redis store's common call writes it so on a
+// new key, after a lapsed ring, or charging that sub-bucket again, and
+// then reads or clears no other sub-bucket when the ring moves on (a call
+// that finds the ring lapsed clears the one sub-bucket, not all of them:
+// docs/cost.md, "Sparse identities"). Every other write of the ring writes
+// the sum plain, which claims nothing.
+const BucketSumSole = -1
 
 // Numbers the Redis script shares with the Go side.
 const (

@@ -75,9 +75,13 @@ func TestSubBucketFieldFormat(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
+		sumName := strconv.Itoa(layout.FirstHashField) // the ring's sum, marked or not
+		if sum, err := strconv.ParseInt(mr.HGet(key, sumName), 10, 64); err != nil || sum != want && sum != layout.BucketSumSole-want {
+			t.Errorf("step %d: %s: the ring's sum %q, want %d or %d", i, c.policy, mr.HGet(key, sumName), want, layout.BucketSumSole-want)
+		}
 		var fields []string
 		for _, name := range names {
-			if f := mr.HGet(key, name); strings.HasPrefix(f, " ") || strings.HasPrefix(f, "-") {
+			if f := mr.HGet(key, name); name != sumName && (strings.HasPrefix(f, " ") || strings.HasPrefix(f, "-")) {
 				fields = append(fields, f)
 			}
 		}

@@ -83,7 +83,7 @@ var prelude = func() string {
 	tfmt := "%0" + strconv.Itoa(layout.TimeDigits) + "d"
 	line([]string{"TW", "TFMT", "QFMT", "ZEROT"}, append(num(layout.TimeDigits), quote(tfmt, tfmt+"%0"+strconv.Itoa(layout.CostDigits)+"d", strings.Repeat("0", layout.TimeDigits))...))
 	line([]string{"BSEP", "BFMT", "BPACK"}, quote(layout.BucketSep, layout.BucketWideFormat, layout.BucketPackFormat))
-	line([]string{"BEXACT"}, num(layout.BucketExact))
+	line([]string{"BEXACT", "SOLE"}, num(layout.BucketExact, layout.BucketSumSole))
 	line([]string{"LOGBASE", "LOGSMALL", "SCHUNK", "LCHUNK"}, num(layout.LogPointerBase, ratelimit.ExactRateMax, layout.SmallLogChunk, layout.LogChunk))
 	return b.String()
 }()
