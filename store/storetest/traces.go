@@ -172,7 +172,8 @@ func rerated(rng *rand.Rand, p *ratelimit.Policy) *ratelimit.Policy {
 
 // randomTrace draws steps whose clock advances by amounts around the
 // policy's periods and sub-buckets: zero, a microsecond, a bucket edge, a
-// whole period, or random; with every operation mixed in.
+// whole period, a period and a sub-bucket (a ring lapsed, as an identity
+// called now and then finds it), or random; with every operation mixed in.
 func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 	periodUS, widthUS := spans(p)
 	keys := []string{"ip:192.0.2.1", "user:{42}", "key:a\nb"}
@@ -180,7 +181,7 @@ func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 	out := make([]step, steps)
 	for i := range out {
 		i2 := rng.IntN(len(periodUS))
-		switch rng.IntN(6) {
+		switch rng.IntN(7) {
 		case 0: // same instant
 		case 1:
 			at += time.Microsecond
@@ -188,6 +189,8 @@ func randomTrace(rng *rand.Rand, p *ratelimit.Policy, steps int) []step {
 			at += time.Duration(widthUS[i2]) * time.Microsecond
 		case 3:
 			at += time.Duration(periodUS[i2]) * time.Microsecond
+		case 4:
+			at += time.Duration(periodUS[i2]+widthUS[i2]) * time.Microsecond
 		default:
 			at += time.Duration(rng.Int64N(periodUS[i2]/2+1)) * time.Microsecond
 		}
