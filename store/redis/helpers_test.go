@@ -63,6 +63,21 @@ func mustTake(t testing.TB, s ratelimit.Store, p *ratelimit.Policy, cost int64, 
 	return d
 }
 
+// takeBoth takes req from s and from the reference store ref, failing
+// the test (at step) when either errs.
+func takeBoth(t *testing.T, step int, s, ref ratelimit.Store, req ratelimit.Request) (got, want ratelimit.Decision) {
+	t.Helper()
+	got, err := s.Take(context.Background(), req)
+	if err != nil {
+		t.Fatalf("step %d: %v", step, err)
+	}
+	want, err = ref.Take(context.Background(), req)
+	if err != nil {
+		t.Fatalf("step %d: the reference: %v", step, err)
+	}
+	return got, want
+}
+
 // takeEach sends per calls of cost 1 for each of ids identities
 // ("ip:<n>", in turns) from callers goroutines, and returns how many each
 // identity got admitted.

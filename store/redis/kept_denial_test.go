@@ -136,14 +136,7 @@ func TestKeptDenialAnswersAsDecided(t *testing.T) {
 				if s.other {
 					by = other
 				}
-				got, err := by.Take(ctx, req)
-				if err != nil {
-					t.Fatalf("step %d: %v", i, err)
-				}
-				want, err := m.Take(ctx, req)
-				if err != nil {
-					t.Fatalf("step %d: the reference: %v", i, err)
-				}
+				got, want := takeBoth(t, i, by, m, req)
 				if got.Allowed && len(s.keys) == 1 {
 					lastR, lastM = got.Receipt, want.Receipt
 				}

@@ -65,14 +65,7 @@ func TestRingSumMarksSoleSubBucket(t *testing.T) {
 		switch s.do {
 		case "take":
 			req := ratelimit.Request{Policy: p, Keys: []string{"ip:a"}, Cost: s.cost}
-			got, err := r.Take(ctx, req)
-			if err != nil {
-				t.Fatalf("step %d: %v", i, err)
-			}
-			want, err := m.Take(ctx, req)
-			if err != nil {
-				t.Fatalf("step %d: the reference: %v", i, err)
-			}
+			got, want := takeBoth(t, i, r, m, req)
 			if got.Allowed {
 				lastR, lastM = got.Receipt, want.Receipt
 			}
