@@ -2,10 +2,12 @@ package memory
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
+	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/shardmap"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 )
@@ -24,13 +26,53 @@ type call struct {
 
 	shards  [ratelimit.MaxKeys]uint64
 	mks     [ratelimit.MaxKeys]shardmap.Key
-	states  [ratelimit.MaxKeys]keyState
-	stats   [ratelimit.MaxKeys][ratelimit.MaxLimits]verdict.Status // states' stats and marks, here so that
-	tats    [ratelimit.MaxKeys][ratelimit.MaxLimits]int64          // run appends without allocating
+	states  [ratelimit.MaxKeys]keyRoom
 	ents    [ratelimit.MaxKeys]*memEntry
 	decided [ratelimit.MaxKeys]*keyState
+	evs     [ratelimit.MaxKeys][ratelimit.MaxLimits]eval // decided's evaluations (run's)
 	records [ratelimit.MaxKeys]*idRecord
 	nd      int // keys decided: decided[:nd]
+}
+
+// keyRoom is a key's state while run decides it, with the room run
+// writes its statuses and marks in, so that it appends without
+// allocating.
+type keyRoom struct {
+	keyState
+	stats [ratelimit.MaxLimits]verdict.Status
+	tats  [ratelimit.MaxLimits]int64
+}
+
+// calls keeps calls for the next requests: a call has room for every key
+// and limit a request may have (some 14 KB), which a new one would zero
+// and the collector scan on every request, most of which have one key.
+var calls = sync.Pool{New: func() any { return new(call) }}
+
+// newCall returns a call for req on m, its rooms for req's keys cleared
+// (what a call writes of its rooms before reading them is left as the
+// last request wrote it).
+func newCall(m *Store, req ratelimit.Request) *call {
+	c := calls.Get().(*call)
+	nk := len(req.Keys)
+	c.m, c.req, c.lay, c.use, c.lim, c.now, c.idh, c.nd = m, req, plan.Layout(req.Policy), nil, nil, 0, "", 0
+	clear(c.states[:nk])
+	clear(c.ents[:nk])
+	clear(c.evs[:nk])
+	clear(c.records[:nk])
+	return c
+}
+
+// free gives c back for another request, holding no reference to this
+// one's request or entries.
+func (c *call) free() {
+	nk := len(c.req.Keys)
+	clear(c.states[:nk])
+	clear(c.ents[:nk])
+	clear(c.decided[:c.nd])
+	clear(c.records[:nk])
+	clear(c.mks[:nk])
+	c.m, c.req, c.lay, c.use, c.lim = nil, ratelimit.Request{}, nil, nil, nil
+	calls.Put(c)
 }
 
 // read finds each key's entry, or the ID record that answers for it: keys
@@ -61,12 +103,13 @@ func (c *call) read() {
 		}
 		e := m.entry(sh, c.mks[ki], c.now, c.lay, own)
 		c.ents[ki] = e
-		k := &c.states[ki]
+		room := &c.states[ki]
+		k := &room.keyState
 		k.pend, k.held = e.pend, 0
 		for _, r := range e.pend {
 			k.held += r.cost
 		}
-		k.stats, k.tats = c.stats[ki][:len(lim)], c.tats[ki][:len(lim)]
+		k.stats, k.tats = room.stats[:len(lim)], room.tats[:len(lim)]
 		c.decided[c.nd] = k
 		c.nd++
 	}
@@ -102,8 +145,12 @@ func (c *call) answer(out outcome) ratelimit.Decision {
 	if out.release > now {
 		d.Delay = time.Duration(out.release-now) * time.Microsecond
 	}
+	// The receipt's keys and marks, sized once.
 	var marks []int64
 	var charged []string
+	if n := c.chargedKeys(); n > 0 {
+		charged, marks = make([]string, 0, n), make([]int64, 0, n*(2+len(lim)))
+	}
 	for ki := range req.Keys {
 		if r := c.records[ki]; r != nil {
 			for i, s := range r.stats {
@@ -117,7 +164,7 @@ func (c *call) answer(out outcome) ratelimit.Decision {
 			}
 			continue
 		}
-		k := &c.states[ki]
+		k := &c.states[ki].keyState
 		for i, s := range k.stats {
 			verdict.Fold(&d, i, ki, s, ki == 0)
 		}
@@ -137,6 +184,17 @@ func (c *call) answer(out outcome) ratelimit.Decision {
 		d.Receipt = ratelimit.Receipt{Policy: req.Policy, Keys: charged, Cost: out.granted, Marks: marks}
 	}
 	return d
+}
+
+// chargedKeys is how many keys run charged.
+func (c *call) chargedKeys() int {
+	n := 0
+	for ki := range c.req.Keys {
+		if c.records[ki] == nil && c.states[ki].charged {
+			n++
+		}
+	}
+	return n
 }
 
 // keep writes key ki's state back to its entry, with the expiry what it

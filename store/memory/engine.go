@@ -36,8 +36,8 @@ type outcome struct {
 // reserving, all will by now+maxDelay) are all charged. A denial may set a
 // penalty (BlockFor). keys[i].stats receive each limit's status, as the
 // reply reports it.
-func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, now int64, o verdict.Call) outcome {
-	r := request{lim: lim, keys: keys, now: now, o: o, c1: o.Cost, block: pol.BlockFor().Microseconds(), reserves: plan.Layout(pol).Reserves}
+func run(pol *ratelimit.Policy, lim []layout.Limit, keys []*keyState, evs [][ratelimit.MaxLimits]eval, now int64, o verdict.Call) outcome {
+	r := request{lim: lim, keys: keys, evs: evs, now: now, o: o, c1: o.Cost, block: pol.BlockFor().Microseconds(), reserves: plan.Layout(pol).Reserves}
 	if r.c1 == 0 {
 		r.c1 = 1 // a peek asks whether a request of cost 1 would fit
 	}
@@ -79,12 +79,12 @@ type request struct {
 	keys     []*keyState
 	now      int64
 	o        verdict.Call
-	c1       int64 // the cost evaluated: the request's, 1 for a peek, or the grant
-	block    int64 // the policy's penalty, µs
-	reserves bool  // every limit can reserve
-	blocked  bool  // a key's penalty runs
-	full     bool  // a key keeps as many places in line as it may
-	evs      [ratelimit.MaxKeys][ratelimit.MaxLimits]eval
+	c1       int64                       // the cost evaluated: the request's, 1 for a peek, or the grant
+	block    int64                       // the policy's penalty, µs
+	reserves bool                        // every limit can reserve
+	blocked  bool                        // a key's penalty runs
+	full     bool                        // a key keeps as many places in line as it may
+	evs      [][ratelimit.MaxLimits]eval // one per key
 }
 
 // start sets each key's times, reads whether a penalty runs or a line is

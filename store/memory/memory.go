@@ -9,7 +9,6 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/layout"
-	"github.com/ratelimitkit/ratelimit/store/internal/plan"
 	"github.com/ratelimitkit/ratelimit/store/internal/shardmap"
 	"github.com/ratelimitkit/ratelimit/store/internal/verdict"
 	"github.com/ratelimitkit/ratelimit/store/storekit"
@@ -181,7 +180,8 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	c := call{m: m, req: req, lay: plan.Layout(req.Policy)}
+	c := newCall(m, req)
+	defer c.free()
 	var locked [ratelimit.MaxKeys]uint64
 	defer m.unlockShards(m.lockKeys(req.Keys, &c.shards, &locked))
 	c.now = m.now().UnixMicro()
@@ -189,7 +189,7 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 	c.relay()
 	out := outcome{allowed: true}
 	if c.nd > 0 {
-		out = run(req.Policy, c.lim, c.decided[:c.nd], c.now, o)
+		out = run(req.Policy, c.lim, c.decided[:c.nd], c.evs[:c.nd], c.now, o)
 	}
 	return c.answer(out), nil
 }
