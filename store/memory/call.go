@@ -48,30 +48,27 @@ type keyRoom struct {
 // and the collector scan on every request, most of which have one key.
 var calls = sync.Pool{New: func() any { return new(call) }}
 
-// newCall returns a call for req on m, its rooms for req's keys cleared
-// (what a call writes of its rooms before reading them is left as the
-// last request wrote it).
+// newCall returns a call for req on m: a zero one, as free leaves every
+// call it gives back.
 func newCall(m *Store, req ratelimit.Request) *call {
 	c := calls.Get().(*call)
-	nk := len(req.Keys)
-	c.m, c.req, c.lay, c.use, c.lim, c.now, c.idh, c.nd = m, req, plan.Layout(req.Policy), nil, nil, 0, "", 0
-	clear(c.states[:nk])
-	clear(c.ents[:nk])
-	clear(c.evs[:nk])
-	clear(c.records[:nk])
+	c.m, c.req, c.lay = m, req, plan.Layout(req.Policy)
 	return c
 }
 
-// free gives c back for another request, holding no reference to this
-// one's request or entries.
+// free gives c back for another request, zero again where this one wrote
+// it (its request's keys), so that it holds no reference to this one's
+// request or entries.
 func (c *call) free() {
 	nk := len(c.req.Keys)
+	clear(c.shards[:nk])
+	clear(c.mks[:nk])
 	clear(c.states[:nk])
 	clear(c.ents[:nk])
-	clear(c.decided[:c.nd])
+	clear(c.decided[:nk])
+	clear(c.evs[:nk])
 	clear(c.records[:nk])
-	clear(c.mks[:nk])
-	c.m, c.req, c.lay, c.use, c.lim = nil, ratelimit.Request{}, nil, nil, nil
+	c.m, c.req, c.lay, c.use, c.lim, c.now, c.idh, c.nd = nil, ratelimit.Request{}, nil, nil, nil, 0, "", 0
 	calls.Put(c)
 }
 
