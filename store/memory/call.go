@@ -56,10 +56,31 @@ func newCall(m *Store, req ratelimit.Request) *call {
 	return c
 }
 
-// free gives c back for another request, zero again where this one wrote
-// it (its request's keys), so that it holds no reference to this one's
-// request or entries.
+// decide decides the call's request under o, its keys' shards locked:
+// the keys read, run, and what it did written back.
+func (c *call) decide(o verdict.Call) ratelimit.Decision {
+	var locked [ratelimit.MaxKeys]uint64
+	defer c.m.unlockShards(c.m.lockKeys(c.req.Keys, &c.shards, &locked))
+	c.now = c.m.now().UnixMicro()
+	c.read()
+	c.relay()
+	out := outcome{allowed: true}
+	if c.nd > 0 {
+		out = run(c.req.Policy, c.lim, c.decided[:c.nd], c.evs[:c.nd], c.now, o)
+	}
+	return c.answer(out)
+}
+
+// free gives c back for another request, reset.
 func (c *call) free() {
+	c.reset()
+	calls.Put(c)
+}
+
+// reset makes c zero again where its request wrote it (the request's
+// keys: nothing of a call past them is written), so that it holds no
+// reference to the request or its entries.
+func (c *call) reset() {
 	nk := len(c.req.Keys)
 	clear(c.shards[:nk])
 	clear(c.mks[:nk])
@@ -69,7 +90,6 @@ func (c *call) free() {
 	clear(c.evs[:nk])
 	clear(c.records[:nk])
 	c.m, c.req, c.lay, c.use, c.lim, c.now, c.idh, c.nd = nil, ratelimit.Request{}, nil, nil, nil, 0, "", 0
-	calls.Put(c)
 }
 
 // read finds each key's entry, or the ID record that answers for it: keys

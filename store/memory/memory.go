@@ -182,16 +182,7 @@ func (m *Store) do(ctx context.Context, req ratelimit.Request, o verdict.Call) (
 	}
 	c := newCall(m, req)
 	defer c.free()
-	var locked [ratelimit.MaxKeys]uint64
-	defer m.unlockShards(m.lockKeys(req.Keys, &c.shards, &locked))
-	c.now = m.now().UnixMicro()
-	c.read()
-	c.relay()
-	out := outcome{allowed: true}
-	if c.nd > 0 {
-		out = run(req.Policy, c.lim, c.decided[:c.nd], c.evs[:c.nd], c.now, o)
-	}
-	return c.answer(out), nil
+	return c.decide(o), nil
 }
 
 // entry returns the live entry for k, creating or resetting it as needed,
