@@ -123,9 +123,9 @@ type Decision struct {
 	// bucket with places in line (Limiter.Wait) released later: a charge
 	// made before such a release need not lower what the limit admits. A
 	// sliding window in sub-buckets with Remaining above 0 whose oldest
-	// counting sub-bucket is neither the edge one, the next nor the
-	// current one claims less, never more: until the one after the edge
-	// and the next could leave at the earliest (knowing the oldest would
+	// counting sub-bucket is neither the edge one nor the current one
+	// claims less, never more: until the one after the edge could leave at
+	// the earliest, less than a sub-bucket away (knowing the oldest would
 	// cost the Redis store another read); with Remaining 0 the claim is
 	// exact.
 	RefillAfter time.Duration

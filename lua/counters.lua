@@ -40,11 +40,6 @@ local function fields(f, ch, m, now)
       local a, b = off + 1 + kb % n1, off + 1 + (kb + 1) % n1
       f[m + 1], f[m + 2], f[m + 3], m = off, a, b, m + 3
       ch[m - 2], ch[m - 1], ch[m] = RINGSUM, w, w
-      if n1 > 2 then
-        -- The one after the edge one, which refill reads (with one
-        -- sub-bucket it is the current one).
-        f[m + 1], ch[m + 1], m = off + 1 + (kb + 2) % n1, w, m + 1
-      end
     elseif kind == K_LOG then
       f[m + 1], m = off, m + 1
       local nch = ceil(P[j + P_CAP] / P[j + P_CHUNK])

@@ -184,8 +184,8 @@ function SLIDING.report(s, key, j, t, used, total, avail, ch, at)
 end
 
 -- refill: the oldest sub-bucket still counting leaves first, whole; past
--- the edge one and the next, not the current one, with quota left, the
--- claim stops where those two could leave at the earliest
+-- the edge one, not the current one, with quota left, the claim stops
+-- where the one after the edge could leave at the earliest
 -- (store/memory's sliding refill).
 function SLIDING.refill(s, key, j, t, used, total, avail, ch, rem)
   local w, n, off, per = P[j + P_WIDTH], P[j + P_N], P[j + P_HASH], P[j + P_PERIOD]
@@ -204,25 +204,20 @@ function SLIDING.refill(s, key, j, t, used, total, avail, ch, rem)
   end
   if k - h >= n1 then return lines() end
   if rem > 0 then
-    -- The loop below would stop at the edge sub-bucket, the one after
-    -- it or the current one, or else at the first of those between,
-    -- which makes the capped claim: so their costs, which total holds
-    -- (sub-buckets k-n..h), say which without reading those between.
-    bload(s, key, j, k - n, k - n + 1)
-    local e, x = off + 1 + (k - n) % n1, off + 1 + (k - n + 1) % n1
+    -- The loop below would stop at the edge sub-bucket or the current
+    -- one, or else at the first of those between, which makes the capped
+    -- claim: so their costs, which total holds (sub-buckets k-n..h), say
+    -- which without reading those between.
+    bload(s, key, j, k - n, k - n)
+    local e = off + 1 + (k - n) % n1
     if s[e] ~= 0 and s[-e] > t - k * w then return k * w + s[-e] - t end
-    local between = total - s[e]
-    if k - n + 1 <= h then
-      if s[x] ~= 0 then return (k + 1) * w + s[-x] - t end
-      between = between - s[x]
-    end
-    local cur = 0
-    if h == k and n > 1 then cur = off + 1 + k % n1 end
-    if cur ~= 0 then
+    local between, cur = total - s[e], 0
+    if h == k then
+      cur = off + 1 + k % n1
       bload(s, key, j, k, k) -- read up front unless t is not the call's now
       between = between - s[cur]
     end
-    if between > 0 then return math.min((k + 2) * w - t, per) end
+    if between > 0 then return math.min((k + 1) * w - t, per) end
     if cur ~= 0 and s[cur] ~= 0 then return (k + n) * w + s[-cur] - t end
     return lines()
   end
@@ -230,7 +225,6 @@ function SLIDING.refill(s, key, j, t, used, total, avail, ch, rem)
   for b = k - n, h do
     local x = off + 1 + b % n1
     if s[x] ~= 0 and (b ~= k - n or s[-x] > t - k * w) then
-      if b > k - n + 1 and b ~= k and rem > 0 then return math.min((k + 2) * w - t, per) end
       return (b + n) * w + s[-x] - t
     end
   end
@@ -242,18 +236,17 @@ function SLIDING.charge(s, key, j, t, used, total, c, out, o)
 end
 
 -- The lean path (lean.lua) of a sliding window. SLIDING_READS is how many
--- fields leanfields names: the ring's sum, then the current, the edge and
--- the next sub-bucket's field (each a cost and a latest admission, BPACK
--- or BFMT; '0' when cleared). They are the names of now's
--- sub-bucket, so they hold from its start to its end (the second and
--- third numbers it returns).
-local SLIDING_READS = 4
+-- fields leanfields names: the ring's sum, then the current and the edge
+-- sub-bucket's field (each a cost and a latest admission, BPACK or BFMT;
+-- '0' when cleared). They are the names of now's sub-bucket, so they hold
+-- from its start to its end (the second and third numbers it returns).
+local SLIDING_READS = 3
 
 function SLIDING.leanfields(f, m, j, now, cost)
   -- k is floor(now / w), without a call.
   local off, w, n1 = BAKED[j + P_HASH], BAKED[j + P_WIDTH], BAKED[j + P_N] + 1
   local k = (now - now % w) / w
-  f[m + 1], f[m + 2], f[m + 3], f[m + 4] = NAMES[off], NAMES[off + 1 + k % n1], NAMES[off + 1 + (k + 1) % n1], NAMES[off + 1 + (k + 2) % n1]
+  f[m + 1], f[m + 2], f[m + 3] = NAMES[off], NAMES[off + 1 + k % n1], NAMES[off + 1 + (k + 1) % n1]
   return m + SLIDING_READS, k * w, (k + 1) * w
 end
 
@@ -340,23 +333,17 @@ function SLIDING.bind(j)
         end
       end
       -- Else the oldest sub-bucket still counting is the first after the
-      -- edge one, up to the last charge's, that holds cost: the next one,
-      -- read with the edge one, when it holds cost (and was charged in this
-      -- round of the ring); the current one when it holds all that counts (a
-      -- young key), its latest admission being the last charge's. Past
-      -- those, with quota left, the claim stops where the one after the edge
-      -- and the next could leave at the earliest; with none left it is
-      -- exact, which the general path finds (counters.lua's refill).
-      local nc = v[x + 3]
-      if s1 ~= 0 and not counts and used > 0 and h >= k - n + 1 and nc and nc ~= '0' then
-        -- The one after the edge holds cost (a busy key): it leaves first.
-        local nb, nlat = nc + 0, 0
-        if nb >= 0 then nlat = nb % w else nlat = select(2, bwide(nc)) end
-        refill = (k + 1) * w + nlat - now
-      elseif s1 ~= 0 and not counts and used > 0 and h == k and used == cur then
+      -- edge one, up to the last charge's, that holds cost: the current one
+      -- when it holds all that counts (a young key), its latest admission
+      -- being the last charge's. Else, with quota left, the claim stops
+      -- where the one after the edge could leave at the earliest (which one
+      -- it is would take reading those after the edge: their fields cost
+      -- more than the rest of the decision); with none left it is exact,
+      -- which the general path finds (refill, above).
+      if s1 ~= 0 and not counts and used > 0 and h == k and used == cur then
         refill = s1 + per - now
       elseif s1 ~= 0 and not counts and used > 0 then
-        refill = (k + 2) * w - now
+        refill = (k + 1) * w - now
         if refill > per then refill = per end
         past = true
       end

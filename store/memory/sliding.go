@@ -106,12 +106,12 @@ func (sliding) report(k *counters, t int64, p *layout.Limit, e *eval, ch, at int
 
 // refill: the oldest sub-bucket still counting leaves first, whole; with
 // none, what is charged now leaves after Period. When it is neither the
-// edge one, the next nor the current one (whose latest admission is the
-// last charge), and some of the quota remains, the claim stops where the
-// one after the edge and the next could leave at the earliest: the Redis
-// store knows those from the fields it reads anyway, where finding the
-// oldest would take another read. With nothing remaining, the claim is
-// exact (a client told r=0 needs t).
+// edge one nor the current one (whose latest admission is the last
+// charge), and some of the quota remains, the claim stops where the one
+// after the edge could leave at the earliest: the Redis store reads the
+// edge and the current sub-bucket anyway, where finding the oldest would
+// take another read. With nothing remaining, the claim is exact (a client
+// told r=0 needs t).
 func (sliding) refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem int64) int64 {
 	w, n1 := p.Width, p.N+1
 	kk, h := t/w, k.st[layout.MemTime]/w
@@ -120,8 +120,8 @@ func (sliding) refill(k *counters, t int64, p *layout.Limit, e *eval, ch, rem in
 		for b := kk - p.N; b <= h; b++ {
 			s := b % n1
 			if cnt[s] != 0 && (b != kk-p.N || lat[s] > t-kk*w) {
-				if b > kk-p.N+1 && b != kk && rem > 0 {
-					return min((kk+2)*w-t, p.Period)
+				if b > kk-p.N && b != kk && rem > 0 {
+					return min((kk+1)*w-t, p.Period)
 				}
 				return (b+p.N)*w + lat[s] - t
 			}

@@ -296,9 +296,9 @@ func expiryKeepsGuarantees(t *testing.T, h Harness) {
 
 // subBucketRefillClaims pins what Decision.RefillAfter claims of a sliding
 // window in sub-buckets (10 of 100ms): exact when the oldest counting
-// sub-bucket is the edge one, the next or the current one, or when nothing
-// remains; else, with quota left, until the one after the edge and the next
-// could leave at the earliest (a shorter claim, never a longer one).
+// sub-bucket is the edge one or the current one, or when nothing remains;
+// else, with quota left, until the one after the edge could leave at the
+// earliest (a shorter claim, never a longer one).
 func subBucketRefillClaims(t *testing.T, h Harness) {
 	ms := time.Millisecond
 	big := ratelimit.MustParsePolicy("100/s", ratelimit.WithPrecision(10), ratelimit.Named("rfa"))
@@ -313,13 +313,17 @@ func subBucketRefillClaims(t *testing.T, h Harness) {
 	}{
 		{big, "old", 50 * ms, 99, time.Second},   // nothing counted before: this charge leaves after Period
 		{big, "old", 80 * ms, 98, 970 * ms},      // the current sub-bucket (0) holds all that counts: exact, it leaves at 1050ms
-		{big, "old", 550 * ms, 97, 150 * ms},     // oldest is sub-bucket 0, past the edge (-5) and the next (-4): until 700ms
+		{big, "old", 550 * ms, 97, 50 * ms},      // oldest is sub-bucket 0, past the edge (-5): until 600ms, when the next (-4) could leave
 		{small, "old", 50 * ms, 1, time.Second},  // the same, on a limit of 2
 		{small, "old", 550 * ms, 0, 500 * ms},    // nothing remains: exact, sub-bucket 0 leaves at 1050ms
 		{big, "edge", 50 * ms, 99, time.Second},  //
 		{big, "edge", 1030 * ms, 98, 20 * ms},    // the edge sub-bucket (0) counts until 1050ms
 		{big, "next", 150 * ms, 99, time.Second}, //
-		{big, "next", 1050 * ms, 98, 100 * ms},   // the edge (0) is empty; the next (1) leaves at 1150ms
+		{big, "next", 1050 * ms, 98, 50 * ms},    // the edge (0) is empty; the next (1) could leave at 1100ms (it leaves at 1150ms)
+		{big, "next", 1170 * ms, 98, 30 * ms},    // the edge (1) holds the cost that left at 1150ms: until 1200ms, when the next (2) could leave
+		{small, "full", 50 * ms, 1, time.Second}, //
+		{small, "full", 150 * ms, 0, 900 * ms},   // nothing remains: exact, sub-bucket 0 leaves at 1050ms
+		{small, "full", 1060 * ms, 0, 90 * ms},   // the edge (0) left at 1050ms; nothing remains: exact, the next (1) leaves at 1150ms
 	}
 	s, clk := h.start(t)
 	for i, st := range steps {
